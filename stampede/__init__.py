@@ -1,0 +1,36 @@
+"""django-stampede: cache-stampede protection for Django, backed by Redis.
+
+``import stampede`` needs only ``redis``: the core (``Mutex`` and friends) works with a bare
+redis-py client. Names that need Django are resolved lazily on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .exceptions import LockLost, LockTimeout, StampedeError
+from .mutex import Mutex
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "LockLost",
+    "LockTimeout",
+    "Mutex",
+    "StampedeError",
+    "__version__",
+]
+
+# Public names living in modules that import Django; resolved on first attribute access.
+_LAZY: dict[str, str] = {}
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'stampede' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(module_name, __name__), name)
+    globals()[name] = value
+    return value

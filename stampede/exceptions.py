@@ -1,0 +1,37 @@
+"""Error types of django-stampede.
+
+Rule: this module imports nothing from stampede, so every layer may raise these.
+Errors carry their data as attributes (``key``, ``ttl``, ``waited``) so handlers never parse
+messages, and subclass the builtin a caller would already catch (``LockTimeout`` is a
+``TimeoutError``).
+"""
+
+from __future__ import annotations
+
+
+class StampedeError(Exception):
+    """Base class of every error this library raises on its own account."""
+
+
+class LockTimeout(StampedeError, TimeoutError):
+    """A lock could not be acquired within the time allowed."""
+
+    def __init__(self, name: str | bytes, waited: float) -> None:
+        self.name = name
+        self.waited = waited
+        super().__init__(f"could not acquire lock {name!r} within {waited:.3f}s")
+
+
+class LockLost(StampedeError):
+    """A lock expired or was taken by another holder while we believed we held it.
+
+    Raised when leaving a ``with Mutex(...)`` block whose lock was lost, because the code
+    inside ran without the mutual exclusion it asked for.
+    """
+
+    def __init__(self, name: str | bytes) -> None:
+        self.name = name
+        super().__init__(
+            f"lock {name!r} was lost while held (it expired or was taken over); "
+            "raise its ttl or use auto_renew=True"
+        )

@@ -1,0 +1,313 @@
+"""The per-name Redis mutex: acquire, extend, release, fencing tokens and renewal.
+
+The lock is memcache-style ``add`` on Redis: ``SET {name}:lock <token> NX PX <ttl>``, where the
+token is 128 random bits from :mod:`secrets`, so only the holder can extend or release it
+(compare-and-pexpire, compare-and-delete: both single Lua calls). A release publishes on
+``{name}:done`` in the same call, which wakes every process waiting for this name.
+
+Rule: a blocked acquirer never sleep-polls. It subscribes (confirmed) before its ``SET NX``
+attempt, parks until a release is published, and wakes on its own only when the holder's TTL
+runs out (a holder that crashed publishes nothing).
+
+Rule: inside one process, blocked acquirers of one name queue on a local lock and only the
+head of that queue contends in Redis; so N waiting threads cost what one does.
+
+Rule: the lock's life is kept by Redis (``PX``); local deadlines use ``time.monotonic()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from . import conf, keys, scripts, watchdog
+from .exceptions import LockLost, LockTimeout
+from .notify import connection_pool_of, notifier_for
+
+logger = logging.getLogger(__name__)
+
+#: Payload published by a plain release; the fill protocol publishes its own outcome instead.
+RELEASED = b"released"
+# Wake up a little after the holder's TTL ends rather than a little before it.
+_EXPIRY_MARGIN = 0.002
+
+
+class Mutex:
+    """A lock on ``name`` shared by every thread, process and machine using the same Redis.
+
+    One ``Mutex`` object is one would-be holder: create one per thread or task (it is cheap);
+    acquiring an object that already holds raises ``RuntimeError`` (it is not reentrant).
+
+    Args:
+        redis_client: a ``redis.Redis`` (or Sentinel master, or cluster) client.
+        name: the lock's name; for cache keys, the full cache key.
+        ttl: seconds the lock lives unless extended; a crashed holder blocks others this long.
+        auto_renew: extend the lock every ``ttl / 3`` while held, so a slow holder keeps it.
+        timeout: how long ``with mutex:`` waits before raising :class:`LockTimeout`
+            (None: forever).
+        on_lost: called with this mutex when a renewal finds the lock no longer ours.
+    """
+
+    def __init__(
+        self,
+        redis_client: Any,
+        name: str | bytes,
+        ttl: float = 30.0,
+        auto_renew: bool = False,
+        *,
+        timeout: float | None = None,
+        on_lost: Callable[[Mutex], object] | None = None,
+    ) -> None:
+        self.name = conf.lock_name(name)
+        self.ttl = conf.seconds("ttl", ttl)
+        self.timeout = conf.optional_seconds("timeout", timeout)
+        if on_lost is not None and not callable(on_lost):
+            raise TypeError(f"on_lost must be callable; got {on_lost!r}")
+        self.auto_renew = bool(auto_renew)
+        self.on_lost = on_lost
+        self._client = redis_client
+        self._lock_key = keys.lock_key(self.name)
+        self._fence_key = keys.fence_key(self.name)
+        self._channel = keys.done_channel(self.name)
+        # Guards _token against the watchdog thread: a renewal must not run after release.
+        self._state = threading.Lock()
+        self._token: str | None = None
+        self._renewal: watchdog.Renewal | None = None
+        #: The fencing token of the current (or last) hold: strictly increasing per name.
+        self.fencing_token: int | None = None
+        #: True once this holder learnt that its lock expired or was taken over.
+        self.lost = False
+
+    def __repr__(self) -> str:
+        state = "held" if self._token else "not held"
+        return f"<Mutex {self.name!r} ttl={self.ttl} {state}>"
+
+    # -- acquire ----------------------------------------------------------------------------
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        """Return True once the lock is ours, False if ``timeout`` (or non-blocking) ran out.
+
+        Raises:
+            ValueError: a negative ``timeout``, or a ``timeout`` with ``blocking=False``.
+            RuntimeError: this object already holds the lock.
+            redis.exceptions.RedisError: Redis failed; the error is not swallowed.
+        """
+        timeout = conf.optional_seconds("timeout", timeout)
+        if timeout is not None and not blocking:
+            raise ValueError("timeout cannot be given with blocking=False")
+        if self._token is not None:
+            raise RuntimeError(f"{self!r} is already held by this object; Mutex is not reentrant")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        token = secrets.token_hex(16)
+        acquired, fence = self._try(token)
+        if not acquired and blocking:
+            acquired, fence = self._wait_and_try(token, deadline)
+        if acquired:
+            self._hold(token, fence)
+        return acquired
+
+    def _try(self, token: str) -> tuple[bool, int]:
+        """One SET NX: (True, fencing token) if won, else (False, the holder's TTL left in ms)."""
+        won, value = scripts.run(
+            self._client,
+            scripts.ACQUIRE,
+            (self._lock_key, self._fence_key),
+            (token, conf.to_ms(self.ttl)),
+        )
+        return bool(won), int(value)
+
+    def _wait_and_try(self, token: str, deadline: float | None) -> tuple[bool, int]:
+        with _local_turn(self._client, self._lock_key, deadline) as our_turn:
+            if not our_turn:
+                return False, 0
+            # Subscribed (and confirmed) before the next SET NX, so a release in between
+            # is a message we will receive, not one we missed.
+            with notifier_for(self._client).subscribe(self._channel) as subscription:
+                while True:
+                    acquired, value = self._try(token)
+                    if acquired:
+                        return True, value
+                    remaining = _remaining(deadline)
+                    if remaining is not None and remaining <= 0:
+                        return False, 0
+                    subscription.wait(_park_time(remaining, holder_ttl_ms=value))
+
+    def _hold(self, token: str, fence: int) -> None:
+        with self._state:
+            self._token = token
+            self.fencing_token = fence
+            self.lost = False
+            if self.auto_renew:
+                self._renewal = watchdog.schedule(self._renew, self.ttl / 3)
+
+    # -- while held -------------------------------------------------------------------------
+
+    def extend(self, ttl: float | None = None) -> bool:
+        """Return True if the lock is ours and now lives ``ttl`` (default: its ttl) from now.
+
+        False means the lock expired or was taken by another holder; ``lost`` becomes True.
+        """
+        ttl = self.ttl if ttl is None else conf.seconds("ttl", ttl)
+        with self._state:
+            token = self._require_token("extend")
+            extended = self._run_extend(token, ttl)
+        if not extended:
+            self._report_lost()
+        return extended
+
+    def _run_extend(self, token: str, ttl: float) -> bool:
+        return bool(
+            scripts.run(
+                self._client,
+                scripts.EXTEND,
+                (self._lock_key, self._fence_key),
+                (token, conf.to_ms(ttl)),
+            )
+        )
+
+    def _renew(self) -> bool:
+        """Watchdog callback: extend while held; stop at release or at the first refusal."""
+        with self._state:
+            if self._token is None:
+                return False
+            try:
+                extended = self._run_extend(self._token, self.ttl)
+            except Exception as exc:
+                # Redis may come back before the TTL runs out; if not, the next renewal is
+                # refused and the loss is reported then.
+                logger.warning("stampede: renewing lock %r failed: %s", self.name, exc)
+                return True
+        if not extended:
+            self._report_lost()
+        return extended
+
+    def _report_lost(self) -> None:
+        with self._state:
+            if self.lost:
+                return
+            self.lost = True
+        logger.warning("stampede: lock %r was lost while held", self.name)
+        if self.on_lost is not None:
+            try:
+                self.on_lost(self)
+            except Exception:
+                logger.exception("stampede: on_lost callback of lock %r raised", self.name)
+
+    def locked(self) -> bool:
+        """Return True if anyone (this object or another) holds the lock now."""
+        return bool(self._client.exists(self._lock_key))
+
+    def owned(self) -> bool:
+        """Return True if this object holds the lock now, as far as Redis says."""
+        token = self._token
+        if token is None:
+            return False
+        value = self._client.get(self._lock_key)
+        if isinstance(value, bytes):
+            value = value.decode()
+        return value == token
+
+    # -- release ----------------------------------------------------------------------------
+
+    def release(self) -> bool:
+        """Return True if the lock was ours and is released; False if it had been lost.
+
+        A lost lock is left alone: whoever holds it now keeps it.
+
+        Raises:
+            RuntimeError: this object does not hold the lock.
+        """
+        with self._state:
+            token = self._require_token("release")
+            self._token = None
+            if self._renewal is not None:
+                self._renewal.cancel()
+                self._renewal = None
+        released = bool(
+            scripts.run(
+                self._client,
+                scripts.RELEASE,
+                (self._lock_key,),
+                (token, self._channel, RELEASED),
+            )
+        )
+        if not released:
+            self._report_lost()
+        return released
+
+    def _require_token(self, action: str) -> str:
+        if self._token is None:
+            raise RuntimeError(f"cannot {action} {self!r}: it is not held")
+        return self._token
+
+    # -- context manager --------------------------------------------------------------------
+
+    def __enter__(self) -> Mutex:
+        started = time.monotonic()
+        if not self.acquire(timeout=self.timeout):
+            raise LockTimeout(self.name, time.monotonic() - started)
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        released = self.release()
+        if not released and exc_type is None:
+            raise LockLost(self.name)
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else deadline - time.monotonic()
+
+
+def _park_time(remaining: float | None, holder_ttl_ms: int) -> float | None:
+    """Return how long to park: until woken, but never past the holder's TTL or our deadline."""
+    if holder_ttl_ms == -2:  # the lock vanished between our attempts: try again at once
+        return 0.0
+    until_expiry = None if holder_ttl_ms < 0 else holder_ttl_ms / 1000 + _EXPIRY_MARGIN
+    if remaining is None:
+        return until_expiry
+    if until_expiry is None:
+        return remaining
+    return min(remaining, until_expiry)
+
+
+# -- the local queue: one contender per lock name per process ----------------------------------
+
+_turns: dict[tuple[int, Any], list[Any]] = {}
+_turns_lock = threading.Lock()
+
+
+@contextmanager
+def _local_turn(client: Any, lock_key: Any, deadline: float | None) -> Iterator[bool]:
+    """Yield True once this thread is the one of its process that contends for ``lock_key``."""
+    slot = (id(connection_pool_of(client)), lock_key)
+    with _turns_lock:
+        entry = _turns.setdefault(slot, [threading.Lock(), 0])
+        entry[1] += 1
+    turn: threading.Lock = entry[0]
+    remaining = _remaining(deadline)
+    got_turn = turn.acquire(timeout=-1 if remaining is None else max(remaining, 0))
+    try:
+        yield got_turn
+    finally:
+        if got_turn:
+            turn.release()
+        with _turns_lock:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del _turns[slot]
+
+
+def _forget_parent_state() -> None:
+    # A thread of the parent may have held _turns_lock at the fork; the child starts afresh.
+    global _turns_lock
+    _turns.clear()
+    _turns_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_parent_state)

@@ -1,0 +1,100 @@
+"""Every Lua script of django-stampede, run by EVALSHA with NOSCRIPT recovery.
+
+Rule: each script starts with a comment naming its KEYS, ARGV and return value.
+Rule: a script touches only keys derived from one name by ``keys.py``, so on Redis Cluster
+all of them share one hash slot.
+
+Scripts are not loaded up front: ``run`` tries ``EVALSHA`` and, when the server answers
+``NOSCRIPT`` (first use, a restart, ``SCRIPT FLUSH``, a failover to a fresh replica), falls back
+to ``EVAL``, which also caches the script for the next ``EVALSHA``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.exceptions import NoScriptError
+
+
+@dataclass(frozen=True)
+class Script:
+    """A Lua script and its SHA1, computed locally so no round trip is spent on SCRIPT LOAD."""
+
+    name: str
+    text: str
+    sha: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha", hashlib.sha1(self.text.encode()).hexdigest())
+
+
+ACQUIRE = Script(
+    "acquire",
+    """
+-- KEYS[1] lock key, KEYS[2] fence key
+-- ARGV[1] token, ARGV[2] ttl in ms
+-- returns {1, fencing token} when acquired, {0, remaining ttl of the current holder in ms}
+-- The fencing token is max(last + 1, server time in microseconds): strictly increasing while
+-- the fence key lives (INCR), and still increasing after it expired or was evicted, because
+-- time has moved on since the last token was issued. So the fence key needs no eternal life.
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local last = tonumber(redis.call('GET', KEYS[2]) or '0')
+  local now = redis.call('TIME')
+  local fence = math.max(last + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  redis.call('SET', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[2])
+  return {1, fence}
+end
+return {0, redis.call('PTTL', KEYS[1])}
+""",
+)
+
+RELEASE = Script(
+    "release",
+    """
+-- KEYS[1] lock key
+-- ARGV[1] token, ARGV[2] wake-up channel, ARGV[3] wake-up message
+-- returns 1 when the lock was ours and is now released (and waiters were told), else 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  return 1
+end
+return 0
+""",
+)
+
+EXTEND = Script(
+    "extend",
+    """
+-- KEYS[1] lock key, KEYS[2] fence key
+-- ARGV[1] token, ARGV[2] new ttl in ms
+-- returns 1 when the lock was ours and now lives ARGV[2] ms more, else 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+  return 1
+end
+return 0
+""",
+)
+
+ALL = (ACQUIRE, RELEASE, EXTEND)
+
+
+def run(client: Any, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+    """Return the result of ``script`` run on ``client``, loading it if the server lacks it."""
+    try:
+        return client.evalsha(script.sha, len(keys), *keys, *args)
+    except NoScriptError:
+        return client.eval(script.text, len(keys), *keys, *args)
+
+
+async def arun(client: Any, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+    """Async twin of :func:`run`, for ``redis.asyncio`` clients."""
+    try:
+        return await client.evalsha(script.sha, len(keys), *keys, *args)
+    except NoScriptError:
+        return await client.eval(script.text, len(keys), *keys, *args)

@@ -1,0 +1,39 @@
+"""Fixtures: a real redis-server on a free loopback port, and clients flushed per test.
+
+The session server is shared; tests that kill or restart Redis take ``fresh_redis_server``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import redis as redis_py
+
+from stampede.testing import RedisServer
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server) -> str:
+    return redis_server.url
+
+
+@pytest.fixture
+def redis(redis_server):
+    client = redis_py.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.config_resetstat()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def fresh_redis_server():
+    """A server of this test's own, which it may stop, kill or restart."""
+    server = RedisServer().start()
+    yield server
+    server.stop()
