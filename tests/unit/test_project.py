@@ -8,11 +8,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _commands_in_fences(text: str) -> list[str]:
+    """Return the set-up commands: install-and-run lines inside code fences."""
     commands, inside = [], False
     for line in text.splitlines():
         if line.startswith("```"):
             inside = not inside
-        elif inside and line.startswith("pip install"):
+        elif inside and line.startswith("pip install") and "&&" in line:
             commands.append(line.strip())
     return commands
 
