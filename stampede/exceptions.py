@@ -35,3 +35,31 @@ class LockLost(StampedeError):
             f"lock {name!r} was lost while held (it expired or was taken over); "
             "raise its ttl or use auto_renew=True"
         )
+
+
+class LoaderError(StampedeError):
+    """Another process's loader raised an exception that could not be shipped as itself.
+
+    Waiters in other processes raise the loader's own exception when it pickles; this stands
+    in for one that does not, naming its type and message.
+    """
+
+    def __init__(self, type_name: str, message: str) -> None:
+        self.type_name = type_name
+        self.message = message
+        super().__init__(f"the loader raised {type_name}: {message}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (LoaderError, (self.type_name, self.message))
+
+
+class WaitTimeout(StampedeError, TimeoutError):
+    """Another caller's fill did not finish within ``wait_timeout`` (``ON_TIMEOUT='raise'``)."""
+
+    def __init__(self, key: str | bytes, waited: float) -> None:
+        self.key = key
+        self.waited = waited
+        super().__init__(
+            f"waited {waited:.3f}s for another caller to fill {key!r}; "
+            "raise WAIT_TIMEOUT or choose ON_TIMEOUT='load'"
+        )

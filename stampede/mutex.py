@@ -88,7 +88,27 @@ class Mutex:
         state = "held" if self._token else "not held"
         return f"<Mutex {self.name!r} ttl={self.ttl} {state}>"
 
+    @property
+    def token(self) -> str | None:
+        """The random token of the current hold (what Redis-side checks compare), or None."""
+        return self._token
+
     # -- acquire ----------------------------------------------------------------------------
+
+    def attempt(self) -> tuple[bool, float | None]:
+        """Make one non-blocking attempt; return (acquired, seconds the holder has left).
+
+        The holder's remaining TTL comes from the same Lua call, so a waiter knows how long it
+        may park at most; None when unknown (no TTL, or the lock just vanished).
+        """
+        if self._token is not None:
+            raise RuntimeError(f"{self!r} is already held by this object; Mutex is not reentrant")
+        token = secrets.token_hex(16)
+        acquired, value = self._try(token)
+        if acquired:
+            self._hold(token, value)
+            return True, None
+        return False, (value / 1000 if value >= 0 else None)
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         """Return True once the lock is ours, False if ``timeout`` (or non-blocking) ran out.
@@ -215,10 +235,11 @@ class Mutex:
 
     # -- release ----------------------------------------------------------------------------
 
-    def release(self) -> bool:
+    def release(self, *, message: bytes = RELEASED) -> bool:
         """Return True if the lock was ours and is released; False if it had been lost.
 
-        A lost lock is left alone: whoever holds it now keeps it.
+        A lost lock is left alone: whoever holds it now keeps it. ``message`` is what the
+        waiters are told (the fill protocol publishes its outcome: filled, or a failure).
 
         Raises:
             RuntimeError: this object does not hold the lock.
@@ -234,7 +255,7 @@ class Mutex:
                 self._client,
                 scripts.RELEASE,
                 (self._lock_key,),
-                (token, self._channel, RELEASED),
+                (token, self._channel, message),
             )
         )
         if not released:

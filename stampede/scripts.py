@@ -81,7 +81,43 @@ return 0
 """,
 )
 
-ALL = (ACQUIRE, RELEASE, EXTEND)
+STORE = Script(
+    "store",
+    """
+-- KEYS[1] cache key, KEYS[2] lock key
+-- ARGV[1] token, ARGV[2] serialized value, ARGV[3] hard ttl in ms (0: no expiry)
+-- returns 1 when written, 0 when the lock is no longer ours (the write is dropped)
+-- The write belongs to the lock: a holder paused past its TTL must not overwrite the value
+-- a later holder stored, and a delete() during the load (which deletes the lock) voids it.
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then
+  return 0
+end
+if tonumber(ARGV[3]) > 0 then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+else
+  redis.call('SET', KEYS[1], ARGV[2])
+end
+return 1
+""",
+)
+
+INVALIDATE = Script(
+    "invalidate",
+    """
+-- KEYS[1] lock key
+-- ARGV[1] wake-up channel, ARGV[2] wake-up message
+-- returns 1 if a load was in progress (its write is now void), else 0
+-- Deleting the lock voids the holder's pending write (STORE checks the token); the message
+-- sends its waiters back to contend for a fresh load instead of waiting out the TTL.
+if redis.call('DEL', KEYS[1]) == 1 then
+  redis.call('PUBLISH', ARGV[1], ARGV[2])
+  return 1
+end
+return 0
+""",
+)
+
+ALL = (ACQUIRE, RELEASE, EXTEND, STORE, INVALIDATE)
 
 
 def run(client: Any, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> Any:

@@ -1,0 +1,247 @@
+"""``StampedeCache``: a Django cache backend that wraps another and makes its fills stampede-safe.
+
+Every ``BaseCache`` method is delegated to the wrapped cache (``OPTIONS``-free: the wrapped
+cache keeps its own ``KEY_PREFIX``, ``VERSION``, ``TIMEOUT`` and serializer), so it replaces
+an existing ``CACHES["default"]`` with no other code change. ``get_or_set``/``get_or_load``
+go through the fill protocol instead: in-process coalescing, then the per-key Redis mutex.
+
+Values stored by the protocol are envelopes; ``get``/``get_many`` unwrap them, so callers only
+ever see their own values.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.cache import caches
+from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.functional import cached_property
+
+from . import conf, fill, local, scripts
+from . import keys as redis_keys
+from .envelope import INVALIDATED, MISSING, Failure
+from .exceptions import WaitTimeout
+from .flight import value_of
+from .mutex import Mutex
+from .stores import store_for
+
+_BACKEND_OPTIONS = ("LOCK_URL", "NEAR_CACHE")
+
+
+def _unwrap(record: Any, default: Any) -> Any:
+    if record is MISSING or isinstance(record, Failure):
+        return default
+    return value_of(record)
+
+
+class StampedeCache(BaseCache):
+    """Wraps the cache named by ``LOCATION``; see the module docstring."""
+
+    def __init__(self, location: str, params: dict[str, Any]) -> None:
+        super().__init__(params)
+        options = dict(params.get("OPTIONS") or {})
+        self._lock_url = options.pop("LOCK_URL", None)
+        if options.pop("NEAR_CACHE", None) is not None:
+            raise ImproperlyConfigured(
+                "OPTIONS['NEAR_CACHE'] is not available in this version of django-stampede; "
+                "remove it"
+            )
+        try:
+            self._options = conf.FillOptions.from_settings(options)
+        except (TypeError, ValueError) as exc:
+            raise ImproperlyConfigured(f"StampedeCache OPTIONS: {exc}") from exc
+        self._location = self._check_location(location)
+
+    @staticmethod
+    def _check_location(location: Any) -> str:
+        configured = getattr(settings, "CACHES", {})
+        if not isinstance(location, str) or location not in configured:
+            raise ImproperlyConfigured(
+                f"StampedeCache LOCATION must be the alias of the cache it wraps, one of "
+                f"{sorted(configured)}; got {location!r}"
+            )
+        backend = configured[location].get("BACKEND", "")
+        if backend.endswith(".StampedeCache"):
+            raise ImproperlyConfigured(
+                f"StampedeCache LOCATION {location!r} is itself a StampedeCache; "
+                "point it at the cache that stores the values"
+            )
+        return location
+
+    @cached_property
+    def _wrapped(self) -> BaseCache:
+        return caches[self._location]
+
+    @cached_property
+    def _store(self) -> Any:
+        try:
+            return store_for(self._wrapped, self._lock_url)
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"StampedeCache over {self._location!r}: {exc}") from exc
+
+    @property
+    def default_timeout(self) -> float | None:  # type: ignore[override]
+        return self._wrapped.default_timeout
+
+    @default_timeout.setter
+    def default_timeout(self, value: Any) -> None:
+        pass  # BaseCache.__init__ sets it; the wrapped cache's own TIMEOUT is the one used
+
+    # -- the stampede-safe fill -------------------------------------------------------------
+
+    def get_or_set(
+        self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> Any:
+        """Return the cached value of ``key``, filling it from ``default`` once, cluster-wide.
+
+        As Django's ``get_or_set``, but a miss is filled by one caller across every thread,
+        process and machine while the others wait for it and read its result.
+        """
+        loader = default if callable(default) else (lambda: default)
+        return self.get_or_load(key, loader, timeout=timeout, version=version)
+
+    def get_or_load(
+        self,
+        key: Any,
+        loader: Callable[[], Any],
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: Any = None,
+        **options: Any,
+    ) -> Any:
+        """Return the cached value of ``key``, calling ``loader()`` on a miss, once cluster-wide.
+
+        Keyword ``options`` override the cache's ``OPTIONS`` for this call, in lower case:
+        ``grace=60``, ``lock_ttl=5``, ``wait_timeout=2``, ``on_timeout="raise"``, ...
+        """
+        if not callable(loader):
+            raise TypeError(f"loader must be callable; got {loader!r}")
+        fill_options = self._options.replace(**options)
+        timeout = self._resolve_timeout(timeout)
+        full_key = self._wrapped.make_and_validate_key(key, version=version)
+        store = self._store
+
+        def lead(serve: Callable[[Any], None]) -> Any:
+            return fill.get_or_load(
+                store, full_key, key, version, loader, timeout, fill_options, serve
+            )
+
+        def on_follow_timeout(waited: float) -> Any:
+            if fill_options.on_timeout == "load":
+                return loader()
+            raise WaitTimeout(full_key, waited)
+
+        flights = local.group(self._location)
+        return flights.run(full_key, lead, fill_options.wait_timeout, on_follow_timeout)
+
+    async def aget_or_set(
+        self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> Any:
+        """Async twin of :meth:`get_or_set` (the fill runs in a worker thread)."""
+        return await sync_to_async(self.get_or_set, thread_sensitive=False)(
+            key, default, timeout, version
+        )
+
+    async def aget_or_load(
+        self,
+        key: Any,
+        loader: Callable[[], Any],
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: Any = None,
+        **options: Any,
+    ) -> Any:
+        """Async twin of :meth:`get_or_load` (the fill runs in a worker thread)."""
+        call = functools.partial(self.get_or_load, key, loader, timeout, version, **options)
+        return await sync_to_async(call, thread_sensitive=False)()
+
+    def _resolve_timeout(self, timeout: Any) -> float | None:
+        if timeout is DEFAULT_TIMEOUT:
+            return self.default_timeout
+        if timeout is None:
+            return None
+        return max(conf.seconds("timeout", timeout, allow_zero=True), 0.0)
+
+    def lock(self, key: Any, ttl: float = 30.0, version: Any = None, **kwargs: Any) -> Mutex:
+        """Return a ``Mutex`` on ``key`` (namespaced like the cache's keys), not yet acquired."""
+        full_key = self._wrapped.make_and_validate_key(key, version=version)
+        return Mutex(self._store.client, full_key, ttl=ttl, **kwargs)
+
+    # -- delegation -------------------------------------------------------------------------
+
+    def make_key(self, key: Any, version: Any = None) -> Any:
+        return self._wrapped.make_key(key, version=version)
+
+    def validate_key(self, key: Any) -> None:
+        self._wrapped.validate_key(key)
+
+    def get(self, key: Any, default: Any = None, version: Any = None) -> Any:
+        return _unwrap(self._wrapped.get(key, MISSING, version=version), default)
+
+    def get_many(self, keys: Any, version: Any = None) -> dict[Any, Any]:
+        found = self._wrapped.get_many(keys, version=version)
+        return {
+            k: v
+            for k, v in ((k, _unwrap(v, MISSING)) for k, v in found.items())
+            if v is not MISSING
+        }
+
+    def has_key(self, key: Any, version: Any = None) -> bool:
+        return self.get(key, MISSING, version=version) is not MISSING
+
+    def add(
+        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> bool:
+        return self._wrapped.add(key, value, timeout=timeout, version=version)
+
+    def set(
+        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> None:
+        self._wrapped.set(key, value, timeout=timeout, version=version)
+
+    def set_many(self, data: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> list[Any]:
+        return self._wrapped.set_many(data, timeout=timeout, version=version)
+
+    def touch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
+        return self._wrapped.touch(key, timeout=timeout, version=version)
+
+    def delete(self, key: Any, version: Any = None) -> bool:
+        """Delete ``key``; a fill of it in progress is voided and its waiters sent to reload."""
+        deleted = self._wrapped.delete(key, version=version)
+        self._invalidate_fill(self._wrapped.make_and_validate_key(key, version=version))
+        return deleted
+
+    def delete_many(self, keys: Any, version: Any = None) -> None:
+        keys = list(keys)
+        self._wrapped.delete_many(keys, version=version)
+        for key in keys:
+            self._invalidate_fill(self._wrapped.make_and_validate_key(key, version=version))
+
+    def _invalidate_fill(self, full_key: Any) -> None:
+        scripts.run(
+            self._store.client,
+            scripts.INVALIDATE,
+            (redis_keys.lock_key(full_key),),
+            (redis_keys.done_channel(full_key), INVALIDATED),
+        )
+
+    def incr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+        return self._wrapped.incr(key, delta, version=version)
+
+    def decr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+        return self._wrapped.decr(key, delta, version=version)
+
+    def clear(self) -> None:
+        self._wrapped.clear()
+
+    def close(self, **kwargs: Any) -> None:
+        self._wrapped.close(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        # Extras of the wrapped backend (django-redis's ttl(), keys(), ...) stay reachable.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._wrapped, name)
