@@ -8,16 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from .exceptions import LockLost, LockTimeout, StampedeError
+from .exceptions import LoaderError, LockLost, LockTimeout, StampedeError, WaitTimeout
 from .mutex import Mutex
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "LoaderError",
     "LockLost",
     "LockTimeout",
     "Mutex",
     "StampedeError",
+    "WaitTimeout",
     "__version__",
 ]
 
