@@ -112,6 +112,11 @@ class Notifier:
             # RESP3 (redis-py 8's default) routes pub/sub replies to push handlers instead of
             # returning them from read_response; RESP2 returns them in order, as we need.
             kwargs["protocol"] = 2
+        if "maint_notifications_config" in kwargs:
+            # redis-py 8's maintenance notifications need RESP3, and refuse to start on a
+            # RESP2 connection without hiredis; this connection only ever listens.
+            kwargs["maint_notifications_config"] = None
+            kwargs.pop("maint_notifications_pool_handler", None)
         self._connection_class = connection_class
         self._connection_kwargs = kwargs
         self._lock = threading.Lock()
