@@ -26,19 +26,23 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import conf, keys, scripts, watchdog
+from . import conf, scripts, watchdog
 from .exceptions import LockLost, LockTimeout
+from .locking import (
+    RELEASED,
+    MutexBase,
+    attempt_result,
+    deadline_after,
+    holder_ttl_seconds,
+    park_time,
+    remaining,
+)
 from .notify import connection_pool_of, notifier_for
 
 logger = logging.getLogger(__name__)
 
-#: Payload published by a plain release; the fill protocol publishes its own outcome instead.
-RELEASED = b"released"
-# Wake up a little after the holder's TTL ends rather than a little before it.
-_EXPIRY_MARGIN = 0.002
 
-
-class Mutex:
+class Mutex(MutexBase):
     """A lock on ``name`` shared by every thread, process and machine using the same Redis.
 
     One ``Mutex`` object is one would-be holder: create one per thread or task (it is cheap);
@@ -64,51 +68,12 @@ class Mutex:
         timeout: float | None = None,
         on_lost: Callable[[Mutex], object] | None = None,
     ) -> None:
-        self.name = conf.lock_name(name)
-        self.ttl = conf.seconds("ttl", ttl)
-        self.timeout = conf.optional_seconds("timeout", timeout)
-        if on_lost is not None and not callable(on_lost):
-            raise TypeError(f"on_lost must be callable; got {on_lost!r}")
-        self.auto_renew = bool(auto_renew)
-        self.on_lost = on_lost
-        self._client = redis_client
-        self._lock_key = keys.lock_key(self.name)
-        self._fence_key = keys.fence_key(self.name)
-        self._channel = keys.done_channel(self.name)
+        super().__init__(redis_client, name, ttl, auto_renew, timeout=timeout, on_lost=on_lost)
         # Guards _token against the watchdog thread: a renewal must not run after release.
         self._state = threading.Lock()
-        self._token: str | None = None
         self._renewal: watchdog.Renewal | None = None
-        #: The fencing token of the current (or last) hold: strictly increasing per name.
-        self.fencing_token: int | None = None
-        #: True once this holder learnt that its lock expired or was taken over.
-        self.lost = False
-
-    def __repr__(self) -> str:
-        state = "held" if self._token else "not held"
-        return f"<Mutex {self.name!r} ttl={self.ttl} {state}>"
-
-    @property
-    def token(self) -> str | None:
-        """The random token of the current hold (what Redis-side checks compare), or None."""
-        return self._token
 
     # -- acquire ----------------------------------------------------------------------------
-
-    def attempt(self) -> tuple[bool, float | None]:
-        """Make one non-blocking attempt; return (acquired, seconds the holder has left).
-
-        The holder's remaining TTL comes from the same Lua call, so a waiter knows how long it
-        may park at most; None when unknown (no TTL, or the lock just vanished).
-        """
-        if self._token is not None:
-            raise RuntimeError(f"{self!r} is already held by this object; Mutex is not reentrant")
-        token = secrets.token_hex(16)
-        acquired, value = self._try(token)
-        if acquired:
-            self._hold(token, value)
-            return True, None
-        return False, (value / 1000 if value >= 0 else None)
 
     def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
         """Return True once the lock is ours, False if ``timeout`` (or non-blocking) ran out.
@@ -118,12 +83,8 @@ class Mutex:
             RuntimeError: this object already holds the lock.
             redis.exceptions.RedisError: Redis failed; the error is not swallowed.
         """
-        timeout = conf.optional_seconds("timeout", timeout)
-        if timeout is not None and not blocking:
-            raise ValueError("timeout cannot be given with blocking=False")
-        if self._token is not None:
-            raise RuntimeError(f"{self!r} is already held by this object; Mutex is not reentrant")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        timeout = self._check_acquire(blocking, timeout)
+        deadline = deadline_after(timeout)
         token = secrets.token_hex(16)
         acquired, fence = self._try(token)
         if not acquired and blocking:
@@ -132,15 +93,24 @@ class Mutex:
             self._hold(token, fence)
         return acquired
 
+    def attempt(self) -> tuple[bool, float | None]:
+        """Make one non-blocking attempt; return (acquired, seconds the holder has left).
+
+        The holder's remaining TTL comes from the same Lua call, so a waiter knows how long it
+        may park at most; None when unknown (no TTL, or the lock just vanished).
+        """
+        self._check_not_held()
+        token = secrets.token_hex(16)
+        acquired, value = self._try(token)
+        if acquired:
+            self._hold(token, value)
+            return True, None
+        return False, holder_ttl_seconds(value)
+
     def _try(self, token: str) -> tuple[bool, int]:
         """One SET NX: (True, fencing token) if won, else (False, the holder's TTL left in ms)."""
-        won, value = scripts.run(
-            self._client,
-            scripts.ACQUIRE,
-            (self._lock_key, self._fence_key),
-            (token, conf.to_ms(self.ttl)),
-        )
-        return bool(won), int(value)
+        keys, args = self._acquire_keys_args(token)
+        return attempt_result(scripts.run(self._client, scripts.ACQUIRE, keys, args))
 
     def _wait_and_try(self, token: str, deadline: float | None) -> tuple[bool, int]:
         with _local_turn(self._client, self._lock_key, deadline) as our_turn:
@@ -153,16 +123,14 @@ class Mutex:
                     acquired, value = self._try(token)
                     if acquired:
                         return True, value
-                    remaining = _remaining(deadline)
-                    if remaining is not None and remaining <= 0:
+                    left = remaining(deadline)
+                    if left is not None and left <= 0:
                         return False, 0
-                    subscription.wait(_park_time(remaining, holder_ttl_ms=value))
+                    subscription.wait(park_time(left, holder_ttl_ms=value))
 
     def _hold(self, token: str, fence: int) -> None:
         with self._state:
-            self._token = token
-            self.fencing_token = fence
-            self.lost = False
+            self._held(token, fence)
             if self.auto_renew:
                 self._renewal = watchdog.schedule(self._renew, self.ttl / 3)
 
@@ -175,21 +143,14 @@ class Mutex:
         """
         ttl = self.ttl if ttl is None else conf.seconds("ttl", ttl)
         with self._state:
-            token = self._require_token("extend")
-            extended = self._run_extend(token, ttl)
+            extended = self._run_extend(self._require_token("extend"), ttl)
         if not extended:
             self._report_lost()
         return extended
 
     def _run_extend(self, token: str, ttl: float) -> bool:
-        return bool(
-            scripts.run(
-                self._client,
-                scripts.EXTEND,
-                (self._lock_key, self._fence_key),
-                (token, conf.to_ms(ttl)),
-            )
-        )
+        keys, args = self._extend_keys_args(token, ttl)
+        return bool(scripts.run(self._client, scripts.EXTEND, keys, args))
 
     def _renew(self) -> bool:
         """Watchdog callback: extend while held; stop at release or at the first refusal."""
@@ -250,22 +211,11 @@ class Mutex:
             if self._renewal is not None:
                 self._renewal.cancel()
                 self._renewal = None
-        released = bool(
-            scripts.run(
-                self._client,
-                scripts.RELEASE,
-                (self._lock_key,),
-                (token, self._channel, message),
-            )
-        )
+        keys, args = self._release_keys_args(token, message)
+        released = bool(scripts.run(self._client, scripts.RELEASE, keys, args))
         if not released:
             self._report_lost()
         return released
-
-    def _require_token(self, action: str) -> str:
-        if self._token is None:
-            raise RuntimeError(f"cannot {action} {self!r}: it is not held")
-        return self._token
 
     # -- context manager --------------------------------------------------------------------
 
@@ -279,22 +229,6 @@ class Mutex:
         released = self.release()
         if not released and exc_type is None:
             raise LockLost(self.name)
-
-
-def _remaining(deadline: float | None) -> float | None:
-    return None if deadline is None else deadline - time.monotonic()
-
-
-def _park_time(remaining: float | None, holder_ttl_ms: int) -> float | None:
-    """Return how long to park: until woken, but never past the holder's TTL or our deadline."""
-    if holder_ttl_ms == -2:  # the lock vanished between our attempts: try again at once
-        return 0.0
-    until_expiry = None if holder_ttl_ms < 0 else holder_ttl_ms / 1000 + _EXPIRY_MARGIN
-    if remaining is None:
-        return until_expiry
-    if until_expiry is None:
-        return remaining
-    return min(remaining, until_expiry)
 
 
 # -- the local queue: one contender per lock name per process ----------------------------------
@@ -311,8 +245,8 @@ def _local_turn(client: Any, lock_key: Any, deadline: float | None) -> Iterator[
         entry = _turns.setdefault(slot, [threading.Lock(), 0])
         entry[1] += 1
     turn: threading.Lock = entry[0]
-    remaining = _remaining(deadline)
-    got_turn = turn.acquire(timeout=-1 if remaining is None else max(remaining, 0))
+    left = remaining(deadline)
+    got_turn = turn.acquire(timeout=-1 if left is None else max(left, 0))
     try:
         yield got_turn
     finally:

@@ -90,11 +90,15 @@ class Subscription:
 class _Channel:
     """One SUBSCRIBE episode of a channel: the local subscriptions and the server's confirmation."""
 
-    __slots__ = ("confirmed", "subscriptions")
+    __slots__ = ("confirmed", "rejoined", "subscriptions")
 
     def __init__(self) -> None:
         self.subscriptions: set[Subscription] = set()
         self.confirmed = threading.Event()
+        # Set when the channel is subscribed again after a lost connection: a release may
+        # have been published while nobody listened, so waiters must re-check once the new
+        # subscription is confirmed (not before, or the next release could slip past too).
+        self.rejoined = False
 
 
 class Notifier:
@@ -193,6 +197,7 @@ class Notifier:
         self._connection = connection
         self._pending.clear()
         for name, episode in self._channels.items():
+            episode.rejoined = True
             self._pending.setdefault(name, deque()).append(episode)
             connection.send_command("SUBSCRIBE", name)
         if self._thread is None or not self._thread.is_alive():
@@ -237,6 +242,10 @@ class Notifier:
                     del self._pending[name]
                 if kind == b"subscribe" and confirmed is not None:
                     confirmed.confirmed.set()
+                    if confirmed.rejoined:
+                        confirmed.rejoined = False
+                        for subscription in confirmed.subscriptions:
+                            subscription._wake(None)
 
     def _on_connection_lost(self, connection: Any, error: Exception) -> None:
         with self._lock:
