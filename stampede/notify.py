@@ -20,33 +20,24 @@ subscribes again to every channel still wanted.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import threading
 import time
 import weakref
-from collections import deque
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .channels import ChannelBook, channel_name, listener_connection_kwargs
+
 logger = logging.getLogger(__name__)
 
 #: How long ``subscribe`` waits for Redis to confirm a subscription before giving up.
 ACK_TIMEOUT = 10.0
 _RECONNECT_BACKOFF = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
-
-
-def _accepts_protocol(connection_class: type) -> bool:
-    # redis-py >= 5 has a ``protocol`` argument (on a base class, so look along the MRO).
-    for cls in connection_class.__mro__:
-        init = cls.__dict__.get("__init__")
-        if init is not None and "protocol" in inspect.signature(init).parameters:
-            return True
-    return False
 
 
 class Subscription:
@@ -87,49 +78,15 @@ class Subscription:
         self.close()
 
 
-class _Channel:
-    """One SUBSCRIBE episode of a channel: the local subscriptions and the server's confirmation."""
-
-    __slots__ = ("confirmed", "rejoined", "subscriptions")
-
-    def __init__(self) -> None:
-        self.subscriptions: set[Subscription] = set()
-        self.confirmed = threading.Event()
-        # Set when the channel is subscribed again after a lost connection: a release may
-        # have been published while nobody listened, so waiters must re-check once the new
-        # subscription is confirmed (not before, or the next release could slip past too).
-        self.rejoined = False
-
-
 class Notifier:
-    """The pub/sub listener of one connection pool in one process.
-
-    Built from the pool's connection class and arguments, so AUTH, TLS, Sentinel and the
-    database number carry over; but in RESP2, undecoded and without a read timeout, because
-    it blocks reading until a message comes.
-    """
+    """The pub/sub listener of one connection pool in one process (a thread)."""
 
     def __init__(self, connection_class: type, connection_kwargs: dict[str, Any]) -> None:
-        kwargs = dict(connection_kwargs)
-        kwargs.update(socket_timeout=None, health_check_interval=0, decode_responses=False)
-        if _accepts_protocol(connection_class):
-            # RESP3 (redis-py 8's default) routes pub/sub replies to push handlers instead of
-            # returning them from read_response; RESP2 returns them in order, as we need.
-            kwargs["protocol"] = 2
-        if "maint_notifications_config" in kwargs:
-            # redis-py 8's maintenance notifications need RESP3, and refuse to start on a
-            # RESP2 connection without hiredis; this connection only ever listens.
-            kwargs["maint_notifications_config"] = None
-            kwargs.pop("maint_notifications_pool_handler", None)
         self._connection_class = connection_class
-        self._connection_kwargs = kwargs
+        self._connection_kwargs = listener_connection_kwargs(connection_class, connection_kwargs)
         self._lock = threading.Lock()
         self._connected = threading.Condition(self._lock)
-        self._channels: dict[bytes, _Channel] = {}
-        # Confirmations arrive in the order commands were sent; one FIFO per channel matches
-        # each "subscribe" reply to the episode that asked for it, even across a quick
-        # unsubscribe/subscribe of the same channel.
-        self._pending: dict[bytes, deque[_Channel | None]] = {}
+        self._book = ChannelBook(threading.Event)
         self._connection: Any = None
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -144,16 +101,14 @@ class Notifier:
             redis.exceptions.ConnectionError: Redis cannot be reached.
             redis.exceptions.TimeoutError: Redis did not confirm within ``timeout`` seconds.
         """
-        name = channel.encode() if isinstance(channel, str) else channel
+        name = channel_name(channel)
         subscription = Subscription(self, name)
         with self._lock:
-            episode = self._channels.get(name)
-            if episode is None:
+            episode, created = self._book.join(name, subscription)
+            if created:
                 self._ensure_connected_locked()
-                episode = _Channel()
                 self._send_locked("SUBSCRIBE", name, episode)
-                self._channels[name] = episode
-            episode.subscriptions.add(subscription)
+                self._book.adopt(name, episode)
         if not episode.confirmed.wait(timeout):
             subscription.close()
             raise RedisTimeoutError(f"Redis did not confirm SUBSCRIBE {name!r} in {timeout}s")
@@ -161,30 +116,23 @@ class Notifier:
 
     def _unsubscribe(self, subscription: Subscription) -> None:
         with self._lock:
-            episode = self._channels.get(subscription.channel)
-            if episode is None or subscription not in episode.subscriptions:
+            if not self._book.leave(subscription.channel, subscription):
                 return
-            episode.subscriptions.discard(subscription)
-            if episode.subscriptions:
-                return
-            del self._channels[subscription.channel]
             if self._connection is None:
                 return
             try:
                 self._send_locked("UNSUBSCRIBE", subscription.channel, None)
-            except (RedisConnectionError, RedisTimeoutError, OSError):
+            except (RedisError, OSError):
                 # The listener sees the broken connection too and resubscribes only to the
                 # channels still wanted, so this one is gone either way.
-                logger.debug(
-                    "UNSUBSCRIBE %r failed; connection is being reset", subscription.channel
-                )
+                logger.debug("UNSUBSCRIBE %r failed; reconnecting", subscription.channel)
 
-    def _send_locked(self, command: str, name: bytes, episode: _Channel | None) -> None:
-        self._pending.setdefault(name, deque()).append(episode)
+    def _send_locked(self, command: str, name: bytes, episode: Any) -> None:
+        self._book.expect(name, episode)
         try:
             self._connection.send_command(command, name)
         except BaseException:
-            self._pending[name].pop()
+            self._book.unexpect(name)
             raise
 
     def _ensure_connected_locked(self) -> None:
@@ -195,10 +143,7 @@ class Notifier:
         connection = self._connection_class(**self._connection_kwargs)
         connection.connect()
         self._connection = connection
-        self._pending.clear()
-        for name, episode in self._channels.items():
-            episode.rejoined = True
-            self._pending.setdefault(name, deque()).append(episode)
+        for name in self._book.rejoin():
             connection.send_command("SUBSCRIBE", name)
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(
@@ -223,46 +168,21 @@ class Notifier:
                 # ValueError: the socket was closed under the read by close().
                 self._on_connection_lost(connection, exc)
                 continue
-            self._dispatch(reply)
-
-    def _dispatch(self, reply: Any) -> None:
-        if not isinstance(reply, list) or len(reply) < 3:
-            return
-        kind, name, payload = reply[0], reply[1], reply[2]
-        with self._lock:
-            if kind == b"message":
-                episode = self._channels.get(name)
-                if episode is not None:
-                    for subscription in episode.subscriptions:
-                        subscription._wake(payload)
-            elif kind in (b"subscribe", b"unsubscribe"):
-                pending = self._pending.get(name)
-                confirmed = pending.popleft() if pending else None
-                if pending is not None and not pending:
-                    del self._pending[name]
-                if kind == b"subscribe" and confirmed is not None:
-                    confirmed.confirmed.set()
-                    if confirmed.rejoined:
-                        confirmed.rejoined = False
-                        for subscription in confirmed.subscriptions:
-                            subscription._wake(None)
+            with self._lock:
+                self._book.dispatch(reply)
 
     def _on_connection_lost(self, connection: Any, error: Exception) -> None:
         with self._lock:
             if self._connection is not connection:
                 return
             self._connection = None
-            self._pending.clear()
             connection.disconnect()
             if self._closed:
                 return
             logger.warning(
                 "stampede: pub/sub connection lost (%s); waking all waiters and reconnecting", error
             )
-            for episode in self._channels.values():
-                episode.confirmed.set()
-                for subscription in episode.subscriptions:
-                    subscription._wake(None)
+            self._book.connection_lost()
         self._reconnect()
 
     def _reconnect(self) -> None:
@@ -271,7 +191,7 @@ class Notifier:
         attempt = 0
         while True:
             with self._lock:
-                if self._closed or self._connection is not None or not self._channels:
+                if self._closed or self._connection is not None or not self._book.episodes:
                     return
                 try:
                     self._ensure_connected_locked()
@@ -288,11 +208,7 @@ class Notifier:
         with self._lock:
             self._closed = True
             connection, self._connection = self._connection, None
-            for episode in self._channels.values():
-                episode.confirmed.set()
-                for subscription in episode.subscriptions:
-                    subscription._wake(None)
-            self._channels.clear()
+            self._book.close()
             self._connected.notify_all()
         if connection is not None:
             connection.disconnect()
