@@ -24,6 +24,9 @@ from django.utils.functional import cached_property
 
 from . import conf, fill, local, scripts
 from . import keys as redis_keys
+from .aio import fill as aio_fill
+from .aio import local as aio_local
+from .aio import stores as aio_stores
 from .envelope import INVALIDATED, MISSING, Failure
 from .exceptions import WaitTimeout
 from .flight import value_of
@@ -118,11 +121,7 @@ class StampedeCache(BaseCache):
         Keyword ``options`` override the cache's ``OPTIONS`` for this call, in lower case:
         ``grace=60``, ``lock_ttl=5``, ``wait_timeout=2``, ``on_timeout="raise"``, ...
         """
-        if not callable(loader):
-            raise TypeError(f"loader must be callable; got {loader!r}")
-        fill_options = self._options.replace(**options)
-        timeout = self._resolve_timeout(timeout)
-        full_key = self._wrapped.make_and_validate_key(key, version=version)
+        fill_options, timeout, full_key = self._prepare(key, loader, timeout, version, options)
         store = self._store
 
         def lead(serve: Callable[[Any], None]) -> Any:
@@ -141,10 +140,9 @@ class StampedeCache(BaseCache):
     async def aget_or_set(
         self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
     ) -> Any:
-        """Async twin of :meth:`get_or_set` (the fill runs in a worker thread)."""
-        return await sync_to_async(self.get_or_set, thread_sensitive=False)(
-            key, default, timeout, version
-        )
+        """Async twin of :meth:`get_or_set`."""
+        loader = default if callable(default) else (lambda: default)
+        return await self.aget_or_load(key, loader, timeout=timeout, version=version)
 
     async def aget_or_load(
         self,
@@ -154,16 +152,48 @@ class StampedeCache(BaseCache):
         version: Any = None,
         **options: Any,
     ) -> Any:
-        """Async twin of :meth:`get_or_load` (the fill runs in a worker thread)."""
-        call = functools.partial(self.get_or_load, key, loader, timeout, version, **options)
-        return await sync_to_async(call, thread_sensitive=False)()
+        """Async twin of :meth:`get_or_load`; ``loader`` may be a coroutine function.
+
+        Runs on the event loop through ``redis.asyncio``; where the lock client has no asyncio
+        twin (Sentinel-managed pools), the sync fill runs in a worker thread instead.
+        """
+        fill_options, timeout, full_key = self._prepare(key, loader, timeout, version, options)
+        store = aio_stores.async_store_for(self._store)
+        if store is None:
+            call = functools.partial(self.get_or_load, key, loader, timeout, version, **options)
+            return await sync_to_async(call, thread_sensitive=False)()
+
+        async def lead(serve: Callable[[Any], None]) -> Any:
+            return await aio_fill.get_or_load(
+                store, full_key, key, version, loader, timeout, fill_options, serve
+            )
+
+        async def on_follow_timeout(waited: float) -> Any:
+            if fill_options.on_timeout == "load":
+                return await aio_fill.call_loader(loader)
+            raise WaitTimeout(full_key, waited)
+
+        flights = aio_local.group(self._location)
+        return await flights.run(full_key, lead, fill_options.wait_timeout, on_follow_timeout)
+
+    def _prepare(
+        self, key: Any, loader: Any, timeout: Any, version: Any, options: dict[str, Any]
+    ) -> tuple[conf.FillOptions, float | None, Any]:
+        """Return (the call's options, its timeout in seconds, the full key), or raise."""
+        if not callable(loader):
+            raise TypeError(f"loader must be callable; got {loader!r}")
+        fill_options = self._options.replace(**options)
+        full_key = self._wrapped.make_and_validate_key(key, version=version)
+        return fill_options, self._resolve_timeout(timeout), full_key
 
     def _resolve_timeout(self, timeout: Any) -> float | None:
         if timeout is DEFAULT_TIMEOUT:
             return self.default_timeout
         if timeout is None:
             return None
-        return max(conf.seconds("timeout", timeout, allow_zero=True), 0.0)
+        if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout < 0:
+            return 0.0  # Django: a negative timeout expires at once, like 0
+        return conf.seconds("timeout", timeout, allow_zero=True)
 
     def lock(self, key: Any, ttl: float = 30.0, version: Any = None, **kwargs: Any) -> Mutex:
         """Return a ``Mutex`` on ``key`` (namespaced like the cache's keys), not yet acquired."""

@@ -10,9 +10,7 @@ Rule: whatever happens, a flight leaves no lock and no subscription behind (``Fl
 from __future__ import annotations
 
 import logging
-import random
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,8 +22,6 @@ from .mutex import Mutex
 from .notify import Subscription, notifier_for
 
 logger = logging.getLogger(__name__)
-
-CLOCK = flight.Clock(wall=time.time, monotonic=time.monotonic, random=lambda: 1.0 - random.random())
 
 
 class FlightIO:
@@ -151,7 +147,7 @@ def get_or_load(
     timeout: float | None,
     options: FillOptions,
     serve: Callable[[Any], None],
-    clock: flight.Clock = CLOCK,
+    clock: flight.Clock = flight.SYSTEM_CLOCK,
 ) -> Any:
     """Return the value of ``key``, loaded by at most one caller across every process.
 

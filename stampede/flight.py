@@ -23,6 +23,8 @@ The protocol for one key (after in-process coalescing, see ``local.py``)::
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -129,6 +131,9 @@ class Clock:
     monotonic: Callable[[], float]  # local deadlines
     random: Callable[[], float]  # uniform in (0, 1]
 
+
+#: The real clock; tests pass their own. (Referencing the functions reads no time here.)
+SYSTEM_CLOCK = Clock(wall=time.time, monotonic=time.monotonic, random=lambda: 1.0 - random.random())
 
 Protocol = Generator[Any, Any, Any]
 

@@ -1,0 +1,68 @@
+"""Async twin of ``stampede.local``: one flight per key per event loop, result shared."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any
+
+
+class FlightGroup:
+    """Async twin of :class:`stampede.local.FlightGroup` (futures instead of events)."""
+
+    def __init__(self) -> None:
+        self._flights: dict[Hashable, asyncio.Future[Any]] = {}
+
+    async def run(
+        self,
+        key: Hashable,
+        lead: Callable[[Callable[[Any], None]], Awaitable[Any]],
+        follow_timeout: float | None,
+        on_follow_timeout: Callable[[float], Awaitable[Any]],
+    ) -> Any:
+        """Async twin of :meth:`stampede.local.FlightGroup.run`."""
+        flight = self._flights.get(key)
+        if flight is not None:
+            try:
+                # shield: a follower that gives up must not cancel the leader's flight
+                return await asyncio.wait_for(asyncio.shield(flight), follow_timeout)
+            except asyncio.TimeoutError:
+                return await on_follow_timeout(follow_timeout or 0.0)
+        flight = self._flights[key] = asyncio.get_running_loop().create_future()
+
+        def settle(value: Any) -> None:
+            self._retire(key, flight)
+            if not flight.done():
+                flight.set_result(value)
+
+        try:
+            value = await lead(settle)
+        except BaseException as exc:
+            if not flight.done():
+                if isinstance(exc, asyncio.CancelledError):
+                    flight.cancel()
+                else:
+                    flight.set_exception(exc)
+            raise
+        else:
+            if not flight.done():
+                flight.set_result(value)
+        finally:
+            self._retire(key, flight)
+            if flight.done() and not flight.cancelled():
+                flight.exception()  # mark retrieved: nobody may be following
+        return value
+
+    def _retire(self, key: Hashable, flight: asyncio.Future[Any]) -> None:
+        if self._flights.get(key) is flight:
+            del self._flights[key]
+
+
+_groups: weakref.WeakKeyDictionary[Any, dict[Hashable, FlightGroup]] = weakref.WeakKeyDictionary()
+
+
+def group(name: Hashable) -> FlightGroup:
+    """Return the running loop's flight group called ``name`` (one per cache)."""
+    per_loop = _groups.setdefault(asyncio.get_running_loop(), {})
+    return per_loop.setdefault(name, FlightGroup())
