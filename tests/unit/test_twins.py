@@ -1,0 +1,93 @@
+"""The asyncio twins keep the sync modules' public shape: same names, same parameters.
+
+Drift between twins is caught here rather than left to discipline.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from stampede import fill, local, mutex, notify, stores
+from stampede.aio import fill as aio_fill
+from stampede.aio import local as aio_local
+from stampede.aio import mutex as aio_mutex
+from stampede.aio import notify as aio_notify
+from stampede.aio import stores as aio_stores
+
+TWINS = [
+    (mutex.Mutex, aio_mutex.Mutex),
+    (notify.Notifier, aio_notify.Notifier),
+    (notify.Subscription, aio_notify.Subscription),
+    (local.FlightGroup, aio_local.FlightGroup),
+    (fill.FlightIO, aio_fill.FlightIO),
+    (stores.RedisStore, aio_stores.RedisStore),
+    (stores.BackendStore, aio_stores.BackendStore),
+]
+FUNCTION_TWINS = [
+    (fill.drive, aio_fill.drive),
+    (fill.get_or_load, aio_fill.get_or_load),
+    (notify.notifier_for, aio_notify.notifier_for),
+]
+
+
+def _public_methods(cls: type) -> dict[str, inspect.Signature]:
+    return {
+        name: inspect.signature(member)
+        for name, member in inspect.getmembers(cls, inspect.isfunction)
+        if not name.startswith("_") or name == "__init__"
+    }
+
+
+def _parameters(signature: inspect.Signature) -> list[tuple[str, object, object]]:
+    return [(p.name, p.kind, p.default) for p in signature.parameters.values()]
+
+
+@pytest.mark.parametrize(
+    ("sync", "twin"), TWINS, ids=lambda cls: cls.__module__ + "." + cls.__name__
+)
+def test_async_twin_has_the_same_public_methods_and_parameters(sync, twin):
+    sync_methods, twin_methods = _public_methods(sync), _public_methods(twin)
+    assert set(twin_methods) == set(sync_methods)
+    for name, signature in sync_methods.items():
+        assert _parameters(twin_methods[name]) == _parameters(signature), name
+
+
+@pytest.mark.parametrize(("sync", "twin"), TWINS, ids=lambda cls: cls.__name__)
+def test_methods_that_wait_are_coroutines_in_the_twin(sync, twin):
+    for name in (
+        "acquire",
+        "release",
+        "extend",
+        "attempt",
+        "locked",
+        "owned",
+        "subscribe",
+        "wait",
+        "close",
+        "run",
+        "read",
+        "write",
+        "perform",
+    ):
+        if hasattr(sync, name) and hasattr(twin, name):
+            assert inspect.iscoroutinefunction(getattr(twin, name)), name
+            assert not inspect.iscoroutinefunction(getattr(sync, name)), name
+
+
+@pytest.mark.parametrize(("sync", "twin"), FUNCTION_TWINS, ids=lambda f: f.__qualname__)
+def test_async_twin_functions_take_the_same_parameters(sync, twin):
+    assert _parameters(inspect.signature(twin)) == _parameters(inspect.signature(sync))
+
+
+def test_twin_drivers_are_coroutine_functions():
+    assert inspect.iscoroutinefunction(aio_fill.drive)
+    assert inspect.iscoroutinefunction(aio_fill.get_or_load)
+
+
+def test_twins_point_to_their_sync_counterpart():
+    for _, twin in TWINS:
+        assert (twin.__doc__ or "").startswith("Async twin of"), twin
+    for _, twin in FUNCTION_TWINS[:2]:
+        assert (twin.__doc__ or "").startswith("Async twin of"), twin
