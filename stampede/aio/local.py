@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import weakref
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
+
+from .loops import loop_state
 
 
 class FlightGroup:
@@ -59,10 +60,6 @@ class FlightGroup:
             del self._flights[key]
 
 
-_groups: weakref.WeakKeyDictionary[Any, dict[Hashable, FlightGroup]] = weakref.WeakKeyDictionary()
-
-
 def group(name: Hashable) -> FlightGroup:
     """Return the running loop's flight group called ``name`` (one per cache)."""
-    per_loop = _groups.setdefault(asyncio.get_running_loop(), {})
-    return per_loop.setdefault(name, FlightGroup())
+    return loop_state().flight_groups.setdefault(name, FlightGroup())

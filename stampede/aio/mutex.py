@@ -11,7 +11,6 @@ import asyncio
 import logging
 import secrets
 import time
-import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -28,6 +27,7 @@ from ..locking import (
     remaining,
 )
 from ..notify import connection_pool_of
+from .loops import loop_state
 from .notify import notifier_for
 
 logger = logging.getLogger(__name__)
@@ -175,15 +175,11 @@ class Mutex(MutexBase):
 
 # -- the local queue: one contender per lock name per event loop -------------------------------
 
-_turns: weakref.WeakKeyDictionary[Any, dict[tuple[int, Any], list[Any]]] = (
-    weakref.WeakKeyDictionary()
-)
-
 
 @asynccontextmanager
 async def _local_turn(client: Any, lock_key: Any, deadline: float | None) -> AsyncIterator[bool]:
     """Async twin of ``stampede.mutex._local_turn``."""
-    turns = _turns.setdefault(asyncio.get_running_loop(), {})
+    turns = loop_state().turns
     slot = (id(connection_pool_of(client)), lock_key)
     entry = turns.setdefault(slot, [asyncio.Lock(), 0])
     entry[1] += 1

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -19,6 +18,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..channels import ChannelBook, channel_name, listener_connection_kwargs
 from ..notify import ACK_TIMEOUT, connection_pool_of
+from .loops import loop_state
 
 logger = logging.getLogger(__name__)
 
@@ -168,23 +168,18 @@ class Notifier:
         self._book.close()
         if connection is not None:
             await connection.disconnect()
-        if self._task is not None and self._task is not asyncio.current_task():
+        if self._task is not None and not self._task.done():
             self._task.cancel()
 
 
 # -- one notifier per event loop and connection pool --------------------------------------------
 
-_registry: weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[Any, Notifier]] = (
-    weakref.WeakKeyDictionary()
-)
-
 
 def notifier_for(client: Any) -> Notifier:
     """Return the running loop's notifier for the connection pool behind ``client``."""
-    loop = asyncio.get_running_loop()
     pool = connection_pool_of(client)
-    per_loop = _registry.setdefault(loop, weakref.WeakKeyDictionary())
-    notifier = per_loop.get(pool)
+    notifiers = loop_state().notifiers
+    notifier = notifiers.get(id(pool))
     if notifier is None:
-        notifier = per_loop[pool] = Notifier(pool.connection_class, pool.connection_kwargs)
+        notifier = notifiers[id(pool)] = Notifier(pool.connection_class, pool.connection_kwargs)
     return notifier

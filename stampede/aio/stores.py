@@ -8,9 +8,7 @@ loop that opened them.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-import weakref
 from typing import Any
 
 import redis.asyncio
@@ -20,6 +18,7 @@ from .. import conf, keys, scripts
 from ..envelope import MISSING
 from ..stores import BackendStore as SyncBackendStore
 from ..stores import RedisStore as SyncRedisStore
+from .loops import loop_state
 from .mutex import Mutex
 
 # Arguments that hold sync-only objects, or per-connection state the async pool makes itself.
@@ -99,12 +98,9 @@ def async_store_for(sync_store: Any) -> RedisStore | BackendStore | None:
     return None
 
 
-_clients: weakref.WeakKeyDictionary[Any, dict[int, Any]] = weakref.WeakKeyDictionary()
-
-
 def _async_client_like(sync_client: Any) -> Any:
     """Return the running loop's ``redis.asyncio`` client for the server of ``sync_client``."""
-    per_loop = _clients.setdefault(asyncio.get_running_loop(), {})
+    per_loop = loop_state().clients
     pool = getattr(sync_client, "connection_pool", None)
     if pool is None:
         return None

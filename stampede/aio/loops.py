@@ -1,0 +1,55 @@
+"""Per-event-loop state of the asyncio twins, and its clean-up when the loop shuts down.
+
+asyncio connections belong to the loop that opened them, so listeners, clients, flight groups
+and local queues are kept per loop (the sync modules keep theirs per process). A janitor task
+parked on each loop closes that loop's connections when it is cancelled, which
+``asyncio.run`` (and every well-behaved loop owner) does to pending tasks at shutdown; so no
+connection is left for the garbage collector to complain about.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import weakref
+from typing import Any
+
+
+class LoopState:
+    """What the asyncio twins keep for one event loop."""
+
+    def __init__(self) -> None:
+        self.notifiers: dict[int, Any] = {}  # by id(connection pool)
+        self.clients: dict[int, Any] = {}  # by id(sync connection pool)
+        self.flight_groups: dict[Any, Any] = {}  # by cache alias
+        self.turns: dict[tuple[int, Any], list[Any]] = {}  # local queues, by (pool, lock key)
+        self.janitor: asyncio.Task[None] | None = None
+
+    async def _clean_up_at_shutdown(self) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            for notifier in list(self.notifiers.values()):
+                with contextlib.suppress(Exception):
+                    await notifier.close()
+            for client in list(self.clients.values()):
+                with contextlib.suppress(Exception):
+                    await client.aclose()
+            self.notifiers.clear()
+            self.clients.clear()
+            raise
+
+
+_states: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopState] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def loop_state() -> LoopState:
+    """Return the running loop's state, starting its janitor on first use."""
+    loop = asyncio.get_running_loop()
+    state = _states.get(loop)
+    if state is None:
+        state = _states[loop] = LoopState()
+        state.janitor = loop.create_task(state._clean_up_at_shutdown(), name="stampede-janitor")
+    return state

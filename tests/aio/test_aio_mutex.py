@@ -1,0 +1,141 @@
+"""stampede.aio.Mutex on a real redis-server: the same guarantees as the sync Mutex."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+import pytest
+import redis.asyncio
+
+from stampede import LockLost, LockTimeout
+from stampede.aio import Mutex
+from stampede.keys import lock_key
+from tests.aio import workers
+from tests.helpers import run_concurrently
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+@pytest.fixture
+def url(redis, redis_url):  # `redis` flushes the server and resets its stats
+    return redis_url
+
+
+async def _client(url):
+    return redis.asyncio.Redis.from_url(url)
+
+
+@pytest.mark.slow
+def test_tasks_in_several_processes_never_overlap_and_fences_increase(url, redis):
+    results = run_concurrently(workers.locked_increments, 3, 1, url, "aio-counter", 10, 10)
+    assert all(status == "ok" for status, _ in results), results
+    assert int(redis.get("counter")) == 3 * 10 * 10
+    fences = [int(f) for f in redis.lrange("fences", 0, -1)]
+    assert len(fences) == 300
+    assert all(a < b for a, b in itertools.pairwise(fences))
+
+
+def test_expired_holder_can_neither_release_nor_extend_the_new_holders_lock(url):
+    async def scenario():
+        client = await _client(url)
+        first = Mutex(client, "aio-expiry", ttl=0.2)
+        assert await first.acquire()
+        await asyncio.sleep(0.3)
+        second = Mutex(client, "aio-expiry", ttl=10)
+        assert await second.acquire(blocking=False)
+        assert await first.extend() is False
+        assert await first.release() is False
+        assert first.lost is True
+        assert await second.owned() is True
+        assert await second.release() is True
+        await client.aclose()
+
+    run(scenario())
+
+
+def test_waiter_is_woken_by_the_release_not_by_polling(url, redis):
+    async def scenario():
+        client = await _client(url)
+        holder = Mutex(client, "aio-wake", ttl=30)
+        assert await holder.acquire()
+        waiter = Mutex(client, "aio-wake", ttl=30)
+        task = asyncio.create_task(waiter.acquire(timeout=10))
+        await asyncio.sleep(0.5)
+        calls_while_parked = sum(s["calls"] for s in redis.info("commandstats").values())
+        await asyncio.sleep(1.0)
+        calls_later = sum(s["calls"] for s in redis.info("commandstats").values())
+        released_at = time.monotonic()
+        assert await holder.release()
+        assert await asyncio.wait_for(task, 5) is True
+        handoff = time.monotonic() - released_at
+        await waiter.release()
+        await client.aclose()
+        return calls_later - calls_while_parked, handoff
+
+    idle_commands, handoff = run(scenario())
+    assert idle_commands <= 2  # the INFO call itself: nothing polls while the waiter parks
+    assert handoff < 0.5
+
+
+def test_auto_renew_keeps_a_short_lock_and_reports_a_lost_one(url, redis):
+    lost = []
+
+    async def scenario():
+        client = await _client(url)
+        mutex = Mutex(client, "aio-renew", ttl=0.6, auto_renew=True, on_lost=lost.append)
+        assert await mutex.acquire()
+        fence = mutex.fencing_token
+        for _ in range(12):
+            await asyncio.sleep(0.1)
+            assert await client.pttl(lock_key("aio-renew")) > 0
+        assert mutex.fencing_token == fence
+        await client.delete(lock_key("aio-renew"))
+        for _ in range(50):
+            if mutex.lost:
+                break
+            await asyncio.sleep(0.05)
+        assert mutex.lost is True
+        assert await mutex.release() is False
+        await client.aclose()
+
+    run(scenario())
+    assert len(lost) == 1
+
+
+def test_context_manager_raises_lock_timeout_and_lock_lost(url):
+    async def scenario():
+        client = await _client(url)
+        holder = Mutex(client, "aio-ctx", ttl=10)
+        assert await holder.acquire()
+        with pytest.raises(LockTimeout) as raised:
+            async with Mutex(client, "aio-ctx", ttl=10, timeout=0.3):
+                pass
+        assert raised.value.waited >= 0.3
+        assert await holder.release()
+        with pytest.raises(LockLost):
+            async with Mutex(client, "aio-ctx", ttl=10):
+                await client.delete(lock_key("aio-ctx"))
+        await client.aclose()
+
+    run(scenario())
+
+
+def test_bad_arguments_fail_fast_naming_them(url):
+    async def scenario():
+        client = await _client(url)
+        with pytest.raises(ValueError, match="ttl"):
+            Mutex(client, "x", ttl=0)
+        with pytest.raises(TypeError, match="name"):
+            Mutex(client, 42)
+        mutex = Mutex(client, "x")
+        with pytest.raises(ValueError, match="timeout"):
+            await mutex.acquire(timeout=-1)
+        with pytest.raises(RuntimeError):
+            await mutex.release()
+        await client.aclose()
+
+    run(scenario())

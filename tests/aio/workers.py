@@ -1,0 +1,31 @@
+"""Module-level targets for spawned processes that run asyncio code."""
+
+from __future__ import annotations
+
+import asyncio
+
+
+def locked_increments(url: str, name: str, tasks: int, rounds: int) -> list[int]:
+    """Increment ``counter`` non-atomically under ``aio.Mutex``; return the fences seen."""
+    import redis.asyncio
+
+    from stampede.aio import Mutex
+
+    async def main() -> list[int]:
+        client = redis.asyncio.Redis.from_url(url)
+        fences: list[int] = []
+
+        async def worker() -> None:
+            for _ in range(rounds):
+                async with Mutex(client, name, ttl=10) as mutex:
+                    value = int(await client.get("counter") or 0)
+                    await asyncio.sleep(0)
+                    await client.set("counter", value + 1)
+                    await client.rpush("fences", mutex.fencing_token)
+                    fences.append(mutex.fencing_token)
+
+        await asyncio.gather(*(worker() for _ in range(tasks)))
+        await client.aclose()
+        return fences
+
+    return asyncio.run(main())
