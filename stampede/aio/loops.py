@@ -34,7 +34,7 @@ class LoopState:
                     await notifier.close()
             for client in list(self.clients.values()):
                 with contextlib.suppress(Exception):
-                    await client.aclose()
+                    await client.aclose(close_connection_pool=True)
             self.notifiers.clear()
             self.clients.clear()
             raise
