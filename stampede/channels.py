@@ -113,7 +113,9 @@ class ChannelBook:
         """Return the channels to subscribe again on a new connection, expecting replies."""
         self._pending.clear()
         for name, episode in self.episodes.items():
-            episode.rejoined = True
+            # Only an episode that was live before (confirmed, or released by a lost
+            # connection) can have missed a message; a brand-new one has nobody parked yet.
+            episode.rejoined = episode.confirmed.is_set()
             self.expect(name, episode)
         return list(self.episodes)
 

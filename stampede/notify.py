@@ -99,20 +99,39 @@ class Notifier:
 
         Raises:
             redis.exceptions.ConnectionError: Redis cannot be reached.
-            redis.exceptions.TimeoutError: Redis did not confirm within ``timeout`` seconds.
+            redis.exceptions.TimeoutError: Redis did not connect, or did not confirm, within
+                ``timeout`` seconds.
         """
         name = channel_name(channel)
         subscription = Subscription(self, name)
         with self._lock:
+            if self._closed:
+                raise RedisConnectionError("notifier is closed")
             episode, created = self._book.join(name, subscription)
             if created:
-                self._ensure_connected_locked()
-                self._send_locked("SUBSCRIBE", name, episode)
+                # In the book at once, so a connection made by anyone from now on
+                # subscribes it (rejoin), and a second caller joins this same episode.
                 self._book.adopt(name, episode)
+                if self._connection is not None:
+                    self._send_or_leave_locked(name, episode, subscription)
+            must_connect = self._connection is None
+        if must_connect:
+            try:
+                self._connect_and_install(timeout)
+            except BaseException:
+                subscription.close()
+                raise
         if not episode.confirmed.wait(timeout):
             subscription.close()
             raise RedisTimeoutError(f"Redis did not confirm SUBSCRIBE {name!r} in {timeout}s")
         return subscription
+
+    def _send_or_leave_locked(self, name: bytes, episode: Any, subscription: Subscription) -> None:
+        try:
+            self._send_locked("SUBSCRIBE", name, episode)
+        except BaseException:
+            self._book.leave(name, subscription)
+            raise
 
     def _unsubscribe(self, subscription: Subscription) -> None:
         with self._lock:
@@ -135,13 +154,31 @@ class Notifier:
             self._book.unexpect(name)
             raise
 
-    def _ensure_connected_locked(self) -> None:
-        if self._closed:
-            raise RedisConnectionError("notifier is closed")
-        if self._connection is not None:
-            return
-        connection = self._connection_class(**self._connection_kwargs)
+    def _connect_and_install(self, timeout: float) -> None:
+        """Open a listening connection and make it the notifier's, unless one appeared meanwhile.
+
+        The handshake (AUTH, SELECT) runs outside the lock and is bounded by ``timeout``:
+        a Redis that accepts TCP but answers nothing must not hold every subscriber and
+        every ``close()`` of this process behind the lock.
+        """
+        kwargs = dict(self._connection_kwargs, socket_timeout=timeout)
+        kwargs.setdefault("socket_connect_timeout", timeout)
+        connection = self._connection_class(**kwargs)
         connection.connect()
+        with self._lock:
+            installed = not self._closed and self._connection is None
+            if installed:
+                self._install_locked(connection)
+        if not installed:
+            connection.disconnect()
+            if self._closed:
+                raise RedisConnectionError("notifier is closed")
+
+    def _install_locked(self, connection: Any) -> None:
+        # From here the listener blocks reading until a message comes: no read timeout.
+        sock = getattr(connection, "_sock", None)
+        if sock is not None:
+            sock.settimeout(None)
         self._connection = connection
         for name in self._book.rejoin():
             connection.send_command("SUBSCRIBE", name)
@@ -193,11 +230,11 @@ class Notifier:
             with self._lock:
                 if self._closed or self._connection is not None or not self._book.episodes:
                     return
-                try:
-                    self._ensure_connected_locked()
-                    return
-                except (RedisError, OSError):
-                    pass
+            try:
+                self._connect_and_install(ACK_TIMEOUT)
+                return
+            except (RedisError, OSError):
+                pass
             time.sleep(_RECONNECT_BACKOFF[min(attempt, len(_RECONNECT_BACKOFF) - 1)])
             attempt += 1
 

@@ -79,7 +79,8 @@ class Notifier:
         if created:
             self._book.adopt(name, episode)
             try:
-                if not await self._ensure_connected():
+                # Bounded: a Redis that accepts TCP but answers nothing must not hang us.
+                if not await asyncio.wait_for(self._ensure_connected(), timeout):
                     await self._send("SUBSCRIBE", name, episode)
             except BaseException:
                 self._book.leave(name, subscription)
@@ -117,7 +118,11 @@ class Notifier:
             if self._connection is not None:
                 return False
             connection = self._connection_class(**self._connection_kwargs)
-            await connection.connect()
+            try:
+                await connection.connect()
+            except BaseException:
+                await connection.disconnect()
+                raise
             self._connection = connection
             # The episode that triggered this connect is already in the book: rejoin()
             # subscribes every wanted channel (it included), so the caller must not repeat it.
@@ -155,9 +160,9 @@ class Notifier:
         attempt = 0
         while not self._closed and self._book.episodes and self._connection is None:
             try:
-                await self._ensure_connected()
+                await asyncio.wait_for(self._ensure_connected(), ACK_TIMEOUT)
                 return
-            except (RedisError, OSError):
+            except (RedisError, OSError, asyncio.TimeoutError):
                 await asyncio.sleep(_RECONNECT_BACKOFF[min(attempt, len(_RECONNECT_BACKOFF) - 1)])
                 attempt += 1
 

@@ -1,0 +1,796 @@
+"""The Mutex against a real redis-server: exclusion, token safety, expiry, wake-ups, renewal.
+
+Every claim is checked with exact counts (counters, fencing tokens, INFO commandstats); time is
+only bounded generously, to catch hangs and sleep-polling.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import signal
+import threading
+import time
+
+import pytest
+import redis as redis_py
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from stampede import LockLost, LockTimeout, Mutex, scripts
+from stampede.keys import fence_key, lock_key
+from tests.helpers import SPAWN, run_concurrently
+from tests.redis import workers
+from tests.redis.support import (
+    listener_reconnects_into_a_frozen_server,
+    round_trips,
+    script_calls,
+    subscribers,
+    wait_until,
+)
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+class Waiter(threading.Thread):
+    """A thread blocked in ``Mutex.acquire``; records the outcome and when it came."""
+
+    def __init__(self, client, name: str, *, ttl: float = 30, timeout: float | None = 10):
+        super().__init__(daemon=True)
+        self.mutex = Mutex(client, name, ttl=ttl)
+        self.timeout = timeout
+        self.acquired: bool | None = None
+        self.error: BaseException | None = None
+        self.started_at = 0.0
+        self.finished_at = 0.0
+
+    def run(self) -> None:
+        self.started_at = time.monotonic()
+        try:
+            self.acquired = self.mutex.acquire(timeout=self.timeout)
+        except BaseException as exc:
+            self.error = exc
+        self.finished_at = time.monotonic()
+
+
+def parse_events(raw: list[bytes]) -> list[tuple[str, float]]:
+    """Return ``[(kind, time)]`` from the ``"<kind> <time.time()>"`` entries of workers."""
+    parsed = []
+    for entry in raw:
+        kind, instant = entry.decode().split()
+        parsed.append((kind, float(instant)))
+    return parsed
+
+
+# -- 1. mutual exclusion --------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_racy_increments_under_the_lock_from_32_threads_in_4_processes_are_exact(redis, redis_url):
+    processes, threads, times = 4, 8, 50
+    results = run_concurrently(
+        workers.increment_counter,
+        processes,
+        threads,
+        redis_url,
+        "counter-lock",
+        "counter",
+        "fences",
+        times,
+    )
+
+    assert results == [("ok", times)] * (processes * threads)
+    assert int(redis.get("counter")) == processes * threads * times == 1600
+    fences = [int(token) for token in redis.lrange("fences", 0, -1)]
+    assert len(fences) == 1600
+    # In the order the critical sections ran, every holder saw a larger token.
+    assert all(earlier < later for earlier, later in itertools.pairwise(fences))
+    assert not redis.exists(lock_key("counter-lock"))
+
+
+# -- 2. token safety ------------------------------------------------------------------------
+
+
+def test_release_after_expiry_keeps_new_holders_lock(redis):
+    a = Mutex(redis, "token-safety", ttl=0.2)
+    assert a.acquire()
+    wait_until(lambda: not redis.exists(lock_key("token-safety")), 5, "A's lock expired")
+    b = Mutex(redis, "token-safety", ttl=30)
+    assert b.acquire(blocking=False)
+
+    assert a.extend() is False
+    assert a.lost is True
+    assert a.release() is False
+    assert a.lost is True
+
+    assert b.owned() is True
+    assert b.lost is False
+    assert redis.pttl(lock_key("token-safety")) > 29_000  # A's extend did not touch B's TTL
+    assert b.fencing_token > a.fencing_token
+    assert b.release() is True
+    assert not redis.exists(lock_key("token-safety"))
+
+
+def test_extend_of_a_held_lock_resets_its_ttl_and_keeps_the_token(redis):
+    mutex = Mutex(redis, "extended", ttl=0.5)
+    assert mutex.acquire()
+    token = redis.get(lock_key("extended"))
+
+    assert mutex.extend(20) is True
+    assert 19_000 < redis.pttl(lock_key("extended")) <= 20_000
+    assert redis.get(lock_key("extended")) == token
+    assert mutex.extend() is True  # back to its own ttl
+    assert 0 < redis.pttl(lock_key("extended")) <= 500
+    assert mutex.lost is False
+    assert mutex.release() is True
+
+
+# -- 3. expiry of a crashed holder ------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_waiter_acquires_soon_after_a_killed_holders_ttl_runs_out(redis, redis_url):
+    name, ttl = "killed-holder", 2.0
+    acquired = SPAWN.Event()
+    child = SPAWN.Process(
+        target=workers.hold_until_killed, args=(redis_url, name, ttl, acquired), daemon=True
+    )
+    child.start()
+    try:
+        assert acquired.wait(30), "the child never acquired the lock"
+        dead_token = redis.get(lock_key(name))
+        dead_fence = int(redis.get(fence_key(name)))
+        waiter = Waiter(redis, name, ttl=5, timeout=10)
+        waiter.start()
+        wait_until(lambda: subscribers(redis, name) == 1, 10, "the waiter is parked")
+
+        os.kill(child.pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        child.join(10)
+        assert child.exitcode == -signal.SIGKILL
+        # The dead holder's lock is still there, and it has a TTL: it will go away.
+        left_ms = redis.pttl(lock_key(name))
+        assert 0 < left_ms <= ttl * 1000
+        assert redis.get(lock_key(name)) == dead_token
+
+        waiter.join(10)
+        assert waiter.error is None
+        assert waiter.acquired is True
+        waited = waiter.finished_at - killed_at
+        assert waited < 3.5  # hang bound: TTL + 1 s + slack
+        assert waited < left_ms / 1000 + 1.0  # woke up with the expiry, not a poll later
+        assert waiter.mutex.fencing_token > dead_fence
+        assert redis.get(lock_key(name)) != dead_token
+        assert waiter.mutex.release() is True
+        assert redis.exists(lock_key(name)) == 0
+        assert redis.pttl(lock_key(name)) == -2
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join()
+
+
+@pytest.mark.slow
+def test_killed_holders_lock_key_is_gone_after_its_ttl(redis, redis_url):
+    name, ttl = "killed-holder-no-waiter", 1.0
+    acquired = SPAWN.Event()
+    child = SPAWN.Process(
+        target=workers.hold_until_killed, args=(redis_url, name, ttl, acquired), daemon=True
+    )
+    child.start()
+    try:
+        assert acquired.wait(30), "the child never acquired the lock"
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(10)
+        left_ms = redis.pttl(lock_key(name))
+        assert 0 < left_ms <= ttl * 1000
+        time.sleep(left_ms / 1000 + 0.05)  # nothing to be woken by: we wait out the TTL itself
+        assert redis.exists(lock_key(name)) == 0
+        assert redis.pttl(lock_key(name)) == -2
+        assert Mutex(redis, name).acquire(blocking=False) is True
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join()
+
+
+def test_waiter_wakes_at_the_holders_expiry_without_polling(redis):
+    holder = Mutex(redis, "expiring", ttl=0.6)
+    assert holder.acquire()
+    redis.config_resetstat()
+    waiter = Waiter(redis, "expiring", ttl=5, timeout=10)
+    waiter.start()
+    waiter.join(10)
+
+    assert waiter.error is None
+    assert waiter.acquired is True
+    assert waiter.finished_at - waiter.started_at < 0.6 + 1.0
+    # First SET NX, the one after subscribing, the one at the expiry: nothing in between.
+    assert script_calls(redis) == 3
+    assert holder.release() is False
+    assert waiter.mutex.owned() is True
+
+
+# -- 4. wake-ups ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", [None, 2, 3], ids=["default-protocol", "resp2", "resp3"])
+def test_release_wakes_a_blocked_waiter_at_once(redis_url, protocol):
+    url = redis_url if protocol is None else f"{redis_url}?protocol={protocol}"
+    client = redis_py.Redis.from_url(url)
+    try:
+        client.flushall()
+        holder = Mutex(client, "wake-me", ttl=30)
+        assert holder.acquire()
+        waiter = Waiter(client, "wake-me", timeout=15)
+        waiter.start()
+        wait_until(lambda: subscribers(client, "wake-me") == 1, 10, "the waiter is parked")
+        released_at = time.monotonic()
+        assert holder.release() is True
+        waiter.join(20)
+
+        assert waiter.error is None, f"the waiter failed: {waiter.error!r}"
+        assert waiter.acquired is True
+        assert waiter.finished_at - released_at < 0.5
+        assert waiter.mutex.release() is True
+    finally:
+        client.close()
+
+
+@pytest.mark.slow
+def test_fifty_waiters_in_5_processes_are_handed_the_lock_promptly_at_linear_cost(redis, redis_url):
+    processes, threads = 5, 10
+    waiters = processes * threads
+    name, events = "handoff-lock", "handoff-events"
+    holder = Mutex(redis, name, ttl=30)
+    assert holder.acquire()
+    redis.config_resetstat()
+    outcome: dict[str, list] = {}
+    runner = threading.Thread(
+        target=lambda: outcome.update(
+            results=run_concurrently(
+                workers.hold_and_record, processes, threads, redis_url, name, events, 0.02
+            )
+        )
+    )
+    runner.start()
+    wait_until(
+        lambda: (
+            subscribers(redis, name) == processes and script_calls(redis) >= waiters + processes
+        ),
+        60,
+        "every waiter is parked",
+    )
+    # Each waiter tried once, then each process's head once more after subscribing: no more.
+    assert script_calls(redis) == waiters + processes
+    redis.rpush(events, f"releasing {time.time()!r}")
+    assert holder.release() is True
+    runner.join(120)
+
+    assert outcome["results"] == [("ok", True)] * waiters
+    recorded = parse_events(redis.lrange(events, 0, -1))
+    kinds = [kind for kind, _ in recorded]
+    assert kinds == ["releasing", "acquired"] * waiters + ["releasing"]  # no overlap
+    handoffs = [
+        recorded[i + 1][1] - recorded[i][1] for i in range(0, 2 * waiters, 2)
+    ]  # next acquire - previous release
+    assert len(handoffs) == waiters
+    assert max(handoffs) < 0.5, f"slowest hand-off {max(handoffs):.3f}s"
+    commands = round_trips(redis)
+    assert commands <= 20 * waiters + 20 * processes, f"{commands} commands"
+    print(
+        f"\nhand-offs: max {max(handoffs) * 1000:.1f} ms, "
+        f"mean {sum(handoffs) / len(handoffs) * 1000:.1f} ms; "
+        f"round trips {commands}, script runs {script_calls(redis)}"
+    )
+
+
+@pytest.mark.slow
+def test_waiting_costs_no_commands_however_long_the_holder_keeps_the_lock(redis, redis_url):
+    processes, threads = 2, 5
+    waiters = processes * threads
+    name, events = "long-hold", "long-hold-events"
+    holder = Mutex(redis, name, ttl=30)
+    assert holder.acquire()
+    redis.config_resetstat()
+    outcome: dict[str, list] = {}
+    runner = threading.Thread(
+        target=lambda: outcome.update(
+            results=run_concurrently(
+                workers.hold_and_record, processes, threads, redis_url, name, events, 0.0
+            )
+        )
+    )
+    runner.start()
+    wait_until(
+        lambda: (
+            subscribers(redis, name) == processes and script_calls(redis) >= waiters + processes
+        ),
+        60,
+        "every waiter is parked",
+    )
+    parked = round_trips(redis)
+    time.sleep(2.0)  # the holder keeps the lock while everyone waits
+    after_wait = round_trips(redis)
+
+    assert after_wait <= 10 * processes + 10, f"{after_wait} commands while waiting"
+    assert after_wait == parked, f"{after_wait - parked} commands while parked for 2 s"
+    assert script_calls(redis) == waiters + processes
+    assert holder.release() is True
+    runner.join(120)
+    assert outcome["results"] == [("ok", True)] * waiters
+    kinds = [kind for kind, _ in parse_events(redis.lrange(events, 0, -1))]
+    assert kinds == ["acquired", "releasing"] * waiters
+    print(f"\ncommands up to the end of the 2 s wait: {after_wait} (parked at {parked})")
+
+
+# -- 5. auto-renew --------------------------------------------------------------------------
+
+
+def test_auto_renew_keeps_the_lock_past_its_ttl(redis):
+    name = "renewed"
+    mutex = Mutex(redis, name, ttl=1, auto_renew=True)
+    assert mutex.acquire()
+    token = redis.get(lock_key(name))
+    fence = mutex.fencing_token
+    samples = []
+    held_until = time.monotonic() + 3.5
+    while time.monotonic() < held_until:
+        samples.append((redis.pttl(lock_key(name)), redis.get(lock_key(name))))
+        time.sleep(0.1)
+
+    assert len(samples) >= 20
+    assert all(0 < pttl <= 1000 for pttl, _ in samples), samples
+    assert all(value == token for _, value in samples)
+    assert mutex.fencing_token == fence
+    assert int(redis.get(fence_key(name))) == fence
+    assert mutex.lost is False
+    assert mutex.release() is True
+    assert redis.exists(lock_key(name)) == 0
+
+
+def test_failed_renewal_marks_the_lock_lost_and_calls_on_lost_once(redis):
+    name = "renewal-refused"
+    calls: list[Mutex] = []
+    called = threading.Event()
+
+    def on_lost(mutex: Mutex) -> None:
+        calls.append(mutex)
+        called.set()
+
+    mutex = Mutex(redis, name, ttl=1, auto_renew=True, on_lost=on_lost)
+    assert mutex.acquire()
+    redis.delete(lock_key(name))
+    deleted_at = time.monotonic()
+
+    assert called.wait(1.5), "on_lost was not called"
+    assert time.monotonic() - deleted_at < 1.5
+    assert mutex.lost is True
+    time.sleep(0.8)  # more than two renewal intervals: the refused renewal is not retried
+    assert calls == [mutex]
+    assert mutex.release() is False
+    assert calls == [mutex]
+    assert redis.exists(lock_key(name)) == 0
+
+
+def test_leaving_a_with_block_whose_lock_was_lost_raises_lock_lost(redis):
+    name = "lost-in-block"
+    with pytest.raises(LockLost) as caught, Mutex(redis, name, ttl=10):
+        redis.delete(lock_key(name))
+    assert caught.value.name == name
+
+
+def test_leaving_a_with_block_whose_renewal_was_refused_raises_lock_lost(redis):
+    name = "lost-renewal-in-block"
+    called = threading.Event()
+    mutex = Mutex(redis, name, ttl=1, auto_renew=True, on_lost=lambda _: called.set())
+    with pytest.raises(LockLost), mutex:
+        redis.delete(lock_key(name))
+        assert called.wait(1.5)
+        assert mutex.lost is True
+
+
+def test_exception_in_a_with_block_is_not_replaced_by_lock_lost(redis):
+    name = "lost-with-error"
+    with pytest.raises(KeyError), Mutex(redis, name, ttl=10):
+        redis.delete(lock_key(name))
+        raise KeyError("from the block")
+
+
+# -- 6. NOSCRIPT ----------------------------------------------------------------------------
+
+
+def test_acquire_extend_and_release_work_after_script_flush(redis):
+    def evals() -> int:
+        return redis.info("commandstats").get("cmdstat_eval", {}).get("calls", 0)
+
+    mutex = Mutex(redis, "noscript", ttl=5)
+    redis.script_flush()
+    assert mutex.acquire() is True
+    assert mutex.extend() is True
+    assert mutex.release() is True
+    assert evals() == 3  # each script's first EVALSHA got NOSCRIPT and fell back to EVAL
+    mutex_scripts = (scripts.ACQUIRE, scripts.EXTEND, scripts.RELEASE)
+    assert redis.script_exists(*(script.sha for script in mutex_scripts)) == [True] * 3
+    assert mutex.acquire() is True
+    assert mutex.extend() is True
+    assert mutex.release() is True
+    assert evals() == 3  # EVAL cached them: no fallback the second time
+
+    # A flush while the lock is held (a restart of the script cache, a failover).
+    assert mutex.acquire() is True
+    redis.script_flush()
+    assert mutex.extend() is True
+    redis.script_flush()
+    assert mutex.release() is True
+    assert evals() == 5
+    assert redis.exists(lock_key("noscript")) == 0
+
+
+def test_blocked_waiter_recovers_from_script_flush(redis):
+    holder = Mutex(redis, "noscript-wait", ttl=30)
+    assert holder.acquire()
+    waiter = Waiter(redis, "noscript-wait", timeout=10)
+    waiter.start()
+    wait_until(lambda: subscribers(redis, "noscript-wait") == 1, 10, "the waiter is parked")
+    redis.script_flush()
+    assert holder.release() is True
+    waiter.join(10)
+    assert waiter.error is None
+    assert waiter.acquired is True
+    assert waiter.mutex.release() is True
+
+
+# -- 7. bad input ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "named"),
+    [
+        ({"name": ""}, ValueError, "name"),
+        ({"name": b""}, ValueError, "name"),
+        ({"name": 42}, TypeError, "name"),
+        ({"name": None}, TypeError, "name"),
+        ({"ttl": 0}, ValueError, "ttl"),
+        ({"ttl": -1}, ValueError, "ttl"),
+        ({"ttl": "5"}, TypeError, "ttl"),
+        ({"ttl": True}, TypeError, "ttl"),
+        ({"ttl": math.nan}, ValueError, "ttl"),
+        ({"ttl": math.inf}, ValueError, "ttl"),
+        ({"ttl": None}, TypeError, "ttl"),
+        ({"timeout": -1}, ValueError, "timeout"),
+        ({"timeout": "1"}, TypeError, "timeout"),
+        ({"timeout": math.nan}, ValueError, "timeout"),
+        ({"on_lost": "not callable"}, TypeError, "on_lost"),
+    ],
+    ids=lambda value: repr(value) if isinstance(value, dict) else None,
+)
+def test_constructor_rejects_bad_argument_naming_it(redis, arguments, error, named):
+    arguments = {"name": "bad-input", **arguments}
+    with pytest.raises(error, match=rf"^{named} "):
+        Mutex(redis, **arguments)
+    assert redis.dbsize() == 0
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "named"),
+    [
+        ({"timeout": -1}, ValueError, "timeout"),
+        ({"timeout": -0.001}, ValueError, "timeout"),
+        ({"timeout": math.nan}, ValueError, "timeout"),
+        ({"timeout": "1"}, TypeError, "timeout"),
+        ({"timeout": True}, TypeError, "timeout"),
+        ({"blocking": False, "timeout": 1}, ValueError, "timeout"),
+        ({"blocking": False, "timeout": 0}, ValueError, "timeout"),
+    ],
+    ids=repr,
+)
+def test_acquire_rejects_bad_argument_naming_it_and_takes_no_lock(redis, arguments, error, named):
+    mutex = Mutex(redis, "bad-acquire")
+    with pytest.raises(error, match=named):
+        mutex.acquire(**arguments)
+    assert redis.exists(lock_key("bad-acquire")) == 0
+    assert mutex.acquire(blocking=False) is True  # the object is still usable
+    assert mutex.release() is True
+
+
+def test_extend_rejects_bad_ttl_naming_it_and_keeps_the_lock(redis):
+    mutex = Mutex(redis, "bad-extend", ttl=5)
+    assert mutex.acquire()
+    for ttl, error in [(0, ValueError), (-1, ValueError), ("5", TypeError), (math.nan, ValueError)]:
+        with pytest.raises(error, match=r"^ttl "):
+            mutex.extend(ttl)
+    assert mutex.owned() is True
+    assert mutex.release() is True
+
+
+def test_bytes_name_locks_the_same_keys_as_its_text(redis):
+    mutex = Mutex(redis, b"bytes-name", ttl=5)
+    assert mutex.acquire()
+    assert redis.exists(lock_key(b"bytes-name")) == 1
+    assert Mutex(redis, "bytes-name").acquire(blocking=False) is False
+    assert mutex.release() is True
+
+
+def test_release_of_a_never_acquired_mutex_raises_runtime_error(redis):
+    with pytest.raises(RuntimeError, match="not held"):
+        Mutex(redis, "never").release()
+
+
+def test_extend_of_a_never_acquired_mutex_raises_runtime_error(redis):
+    with pytest.raises(RuntimeError, match="not held"):
+        Mutex(redis, "never").extend()
+
+
+def test_release_twice_raises_runtime_error_and_leaves_the_next_holder_alone(redis):
+    mutex = Mutex(redis, "twice", ttl=5)
+    assert mutex.acquire()
+    assert mutex.release() is True
+    other = Mutex(redis, "twice", ttl=5)
+    assert other.acquire(blocking=False)
+    with pytest.raises(RuntimeError, match="not held"):
+        mutex.release()
+    assert other.owned() is True
+
+
+def test_release_after_a_failed_acquire_raises_runtime_error(redis):
+    holder = Mutex(redis, "failed-acquire")
+    assert holder.acquire()
+    mutex = Mutex(redis, "failed-acquire")
+    assert mutex.acquire(blocking=False) is False
+    with pytest.raises(RuntimeError, match="not held"):
+        mutex.release()
+    assert holder.owned() is True
+
+
+def test_acquiring_twice_on_one_object_raises_runtime_error(redis):
+    mutex = Mutex(redis, "not-reentrant", ttl=5)
+    assert mutex.acquire()
+    token = redis.get(lock_key("not-reentrant"))
+    with pytest.raises(RuntimeError, match="reentrant"):
+        mutex.acquire()
+    with pytest.raises(RuntimeError, match="reentrant"):
+        mutex.acquire(blocking=False)
+    assert redis.get(lock_key("not-reentrant")) == token
+    assert mutex.release() is True
+
+
+# -- 8. milliseconds ------------------------------------------------------------------------
+
+
+def test_fractional_ttl_is_kept_in_milliseconds(redis):
+    mutex = Mutex(redis, "quarter-second", ttl=0.25)
+    assert mutex.acquire()
+    assert 200 <= redis.pttl(lock_key("quarter-second")) <= 250
+    assert mutex.extend(0.125) is True
+    assert 75 <= redis.pttl(lock_key("quarter-second")) <= 125
+    assert mutex.release() is True
+
+
+def test_tiny_ttl_is_one_millisecond_not_zero(redis):
+    mutex = Mutex(redis, "tiny", ttl=0.0001)
+    assert mutex.acquire()  # PX 0 would be an error from Redis
+    assert redis.pttl(lock_key("tiny")) in (-2, 0, 1)
+
+
+# -- 9. context manager and non-blocking ------------------------------------------------------
+
+
+def test_with_block_times_out_with_lock_timeout_while_another_holds(redis):
+    holder = Mutex(redis, "busy", ttl=30)
+    assert holder.acquire()
+    started = time.monotonic()
+    with pytest.raises(LockTimeout) as caught, Mutex(redis, "busy", timeout=0.3):
+        pytest.fail("entered a block whose lock is held by another")
+    elapsed = time.monotonic() - started
+
+    assert isinstance(caught.value, TimeoutError)
+    assert caught.value.waited >= 0.3
+    assert caught.value.name == "busy"
+    assert elapsed < 0.3 + 2.0
+    assert holder.owned() is True
+
+
+def test_with_block_acquires_and_releases(redis):
+    with Mutex(redis, "with-block", ttl=5) as mutex:
+        assert mutex.owned() is True
+        assert redis.get(lock_key("with-block")) is not None
+    assert redis.exists(lock_key("with-block")) == 0
+
+
+def test_non_blocking_acquire_returns_false_at_once_when_held(redis):
+    holder = Mutex(redis, "held", ttl=30)
+    assert holder.acquire()
+    redis.config_resetstat()
+    mutex = Mutex(redis, "held")
+    started = time.monotonic()
+    assert mutex.acquire(blocking=False) is False
+    assert time.monotonic() - started < 0.5
+    assert script_calls(redis) == 1  # one SET NX attempt, no subscription, no retry
+    assert subscribers(redis, "held") == 0
+    assert mutex.fencing_token is None
+    assert holder.owned() is True
+
+
+def test_zero_timeout_acquire_returns_false_when_held(redis):
+    holder = Mutex(redis, "held-zero", ttl=30)
+    assert holder.acquire()
+    mutex = Mutex(redis, "held-zero")
+    started = time.monotonic()
+    assert mutex.acquire(timeout=0) is False
+    assert time.monotonic() - started < 0.5
+    assert holder.owned() is True
+
+
+# -- 10. the local queue --------------------------------------------------------------------
+
+
+def test_twenty_threads_of_one_process_each_get_the_lock_exactly_once(redis):
+    threads = 20
+    name = "local-queue"
+    warm_up = Mutex(redis, name, ttl=10)  # load the scripts: no NOSCRIPT fallbacks below
+    assert warm_up.acquire()
+    assert warm_up.release()
+    redis.config_resetstat()
+    start = threading.Barrier(threads)
+    errors: list[BaseException] = []
+
+    def contend(index: int) -> None:
+        try:
+            start.wait()
+            with Mutex(redis, name, ttl=10, timeout=30):
+                value = int(redis.get("local-counter") or 0)
+                time.sleep(0.005)
+                redis.set("local-counter", value + 1)
+                redis.rpush("local-holders", index)
+        except BaseException as exc:
+            errors.append(exc)
+
+    workers_ = [threading.Thread(target=contend, args=(i,)) for i in range(threads)]
+    for worker in workers_:
+        worker.start()
+    for worker in workers_:
+        worker.join(60)
+
+    assert errors == []
+    assert int(redis.get("local-counter")) == threads
+    holders = [int(i) for i in redis.lrange("local-holders", 0, -1)]
+    assert sorted(holders) == list(range(threads))
+    # Only the head of the local queue contends in Redis, so a release wakes one thread, not
+    # all that wait: each thread tries at most 3 times (first, after subscribing, after its
+    # wake-up) and releases once. Were every waiter woken by every release, it would be
+    # about threads**2 / 2 tries.
+    assert script_calls(redis) <= 4 * threads
+    assert redis.exists(lock_key(name)) == 0
+
+
+# -- 11. fencing tokens ---------------------------------------------------------------------
+
+
+def test_fencing_token_keeps_increasing_after_the_fence_key_is_gone(redis):
+    name = "fenced"
+    first = Mutex(redis, name, ttl=5)
+    assert first.acquire()
+    assert first.release()
+    redis.delete(fence_key(name))
+    second = Mutex(redis, name, ttl=5)
+    assert second.acquire()
+    assert second.fencing_token > first.fencing_token
+    assert second.release()
+
+
+def test_fencing_tokens_strictly_increase_on_back_to_back_acquires(redis):
+    name = "fenced-fast"
+    tokens = []
+    for _ in range(200):
+        mutex = Mutex(redis, name, ttl=5)
+        assert mutex.acquire(blocking=False)
+        tokens.append(mutex.fencing_token)
+        assert mutex.release()
+    assert all(earlier < later for earlier, later in itertools.pairwise(tokens))
+
+
+# -- 12. Redis goes away ----------------------------------------------------------------------
+
+
+def test_blocked_waiters_do_not_hang_when_redis_goes_away(fresh_redis_server):
+    client = redis_py.Redis.from_url(fresh_redis_server.url)
+    try:
+        name, timeout = "redis-goes-away", 2.0
+        holder = Mutex(client, name, ttl=30)
+        assert holder.acquire()
+        waiters = [Waiter(client, name, timeout=timeout) for _ in range(3)]
+        for waiter in waiters:
+            waiter.start()
+        wait_until(lambda: subscribers(client, name) == 1, 10, "a waiter is parked")
+
+        fresh_redis_server.stop()
+        for waiter in waiters:
+            waiter.join(timeout + 5)
+
+        for waiter in waiters:
+            assert not waiter.is_alive(), "a waiter hangs after Redis went away"
+            assert waiter.finished_at - waiter.started_at < timeout + 2.0
+            if waiter.error is None:
+                assert waiter.acquired is False
+            else:
+                assert isinstance(waiter.error, redis_py.exceptions.ConnectionError), repr(
+                    waiter.error
+                )
+    finally:
+        client.close()
+
+
+def test_release_while_the_waiters_pubsub_connection_is_down_still_wakes_it(fresh_redis_server):
+    # The waiter's pub/sub connection breaks and cannot reconnect for a while (its password
+    # was changed; connections already open stay authenticated). The waiter is woken by the
+    # break, finds the lock still held and parks again. The holder releases during the
+    # outage: that PUBLISH reaches nobody. Once the listener is back, the waiter must re-check
+    # and acquire; not sleep on until the holder's 30 s TTL or its own timeout.
+    name = "pubsub-outage"
+    admin = redis_py.Redis.from_url(fresh_redis_server.url)
+    admin.config_set("requirepass", "first")
+    client = redis_py.Redis.from_url(fresh_redis_server.url, password="first")
+    try:
+        holder = Mutex(client, name, ttl=30)
+        assert holder.acquire()
+        waiter = Waiter(client, name, timeout=8)
+        waiter.start()
+        wait_until(lambda: subscribers(admin, name) == 1, 10, "the waiter is parked")
+        admin.config_resetstat()
+
+        admin.config_set("requirepass", "second")
+        assert admin.client_kill_filter(_type="pubsub") == 1
+        wait_until(lambda: script_calls(admin) >= 1, 10, "the woken waiter re-checked")
+        assert subscribers(admin, name) == 0  # the listener cannot get back in
+        assert holder.release() is True  # published to nobody
+        admin.config_set("requirepass", "first")
+        restored_at = time.monotonic()
+        waiter.join(15)
+
+        assert waiter.error is None, repr(waiter.error)
+        assert waiter.acquired is True
+        assert waiter.finished_at - restored_at < 3.0, (
+            f"acquired {waiter.finished_at - restored_at:.1f}s after the listener could "
+            "reconnect: the release made during the outage was never noticed"
+        )
+        assert waiter.mutex.release() is True
+    finally:
+        client.close()
+        admin.close()
+
+
+def test_waiter_with_a_timeout_returns_while_redis_is_unresponsive(fresh_redis_server):
+    # Redis stops answering (frozen, or a network that drops packets) while the pub/sub
+    # listener is reconnecting. The waiter's deadline must still end its wait: it returns
+    # False or raises a Redis error, within its timeout + 2 s (its client reads with a 1 s
+    # socket timeout and no retries, so nothing on the client's side takes longer).
+    name, timeout = "unresponsive", 3.0
+    admin = redis_py.Redis.from_url(fresh_redis_server.url)
+    admin.config_set("requirepass", "first")
+    client = redis_py.Redis.from_url(
+        fresh_redis_server.url, password="first", socket_timeout=1, retry=Retry(NoBackoff(), 0)
+    )
+    try:
+        holder = Mutex(client, name, ttl=30)
+        assert holder.acquire()
+        waiter = Waiter(client, name, timeout=timeout)
+        waiter.start()
+        wait_until(lambda: subscribers(admin, name) == 1, 10, "the waiter is parked")
+        with listener_reconnects_into_a_frozen_server(
+            fresh_redis_server, admin, ready=lambda: script_calls(admin) >= 1
+        ):
+            waiter.join(timeout + 5)
+            still_waiting = waiter.is_alive()
+        waiter.join(10)
+
+        assert not still_waiting, "the waiter hangs past its timeout while Redis is frozen"
+        assert waiter.finished_at - waiter.started_at < timeout + 2.0
+        if waiter.error is None:
+            assert waiter.acquired is False
+        else:
+            assert isinstance(waiter.error, redis_py.exceptions.RedisError), repr(waiter.error)
+    finally:
+        client.close()
+        admin.close()
