@@ -227,10 +227,8 @@ class StampedeCache(BaseCache):
     ) -> bool:
         return self._wrapped.add(key, value, timeout=timeout, version=version)
 
-    def set(
-        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
-    ) -> None:
-        self._wrapped.set(key, value, timeout=timeout, version=version)
+    def set(self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> Any:
+        return self._wrapped.set(key, value, timeout=timeout, version=version)
 
     def set_many(self, data: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> list[Any]:
         return self._wrapped.set_many(data, timeout=timeout, version=version)
@@ -241,22 +239,26 @@ class StampedeCache(BaseCache):
     def delete(self, key: Any, version: Any = None) -> bool:
         """Delete ``key``; a fill of it in progress is voided and its waiters sent to reload."""
         deleted = self._wrapped.delete(key, version=version)
-        self._invalidate_fill(self._wrapped.make_and_validate_key(key, version=version))
+        self._invalidate_fills([key], version)
         return deleted
 
-    def delete_many(self, keys: Any, version: Any = None) -> None:
+    def delete_many(self, keys: Any, version: Any = None) -> Any:
         keys = list(keys)
-        self._wrapped.delete_many(keys, version=version)
-        for key in keys:
-            self._invalidate_fill(self._wrapped.make_and_validate_key(key, version=version))
+        deleted = self._wrapped.delete_many(keys, version=version)
+        self._invalidate_fills(keys, version)
+        return deleted
 
-    def _invalidate_fill(self, full_key: Any) -> None:
-        scripts.run(
-            self._store.client,
-            scripts.INVALIDATE,
-            (redis_keys.lock_key(full_key),),
-            (redis_keys.done_channel(full_key), INVALIDATED),
-        )
+    def _invalidate_fills(self, keys: list[Any], version: Any) -> None:
+        calls = []
+        for key in keys:
+            full_key = self._wrapped.make_and_validate_key(key, version=version)
+            calls.append(
+                (
+                    (redis_keys.lock_key(full_key),),
+                    (redis_keys.done_channel(full_key), INVALIDATED),
+                )
+            )
+        scripts.run_many(self._store.client, scripts.INVALIDATE, calls)
 
     def incr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
         return self._wrapped.incr(key, delta, version=version)
@@ -264,11 +266,11 @@ class StampedeCache(BaseCache):
     def decr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
         return self._wrapped.decr(key, delta, version=version)
 
-    def clear(self) -> None:
-        self._wrapped.clear()
+    def clear(self) -> Any:
+        return self._wrapped.clear()
 
-    def close(self, **kwargs: Any) -> None:
-        self._wrapped.close(**kwargs)
+    def close(self, **kwargs: Any) -> Any:
+        return self._wrapped.close(**kwargs)
 
     def __getattr__(self, name: str) -> Any:
         # Extras of the wrapped backend (django-redis's ttl(), keys(), ...) stay reachable.

@@ -116,16 +116,15 @@ def drive(protocol: flight.Protocol, io: FlightIO) -> Any:
             outcome, error = None, None
             try:
                 outcome = io.perform(step)
-            except RedisError as exc:
-                logger.warning(
-                    "stampede: Redis failed during %s of %r: %s",
-                    type(step).__name__,
-                    io.full_key,
-                    exc,
-                )
-                error = flight.RedisUnavailable(exc)
             except Exception as exc:
-                error = exc
+                error = flight.thrown_back(step, exc)
+                if isinstance(error, flight.RedisUnavailable):
+                    logger.warning(
+                        "stampede: Redis failed during %s of %r: %s",
+                        type(step).__name__,
+                        io.full_key,
+                        exc,
+                    )
     finally:
         protocol.close()
         io.close()

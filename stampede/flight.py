@@ -29,6 +29,8 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from .conf import FillOptions
 from .envelope import FILLED, MISSING, Envelope, Failure, failure_from_message, failure_message
 from .exceptions import WaitTimeout
@@ -121,6 +123,18 @@ class RedisUnavailable(Exception):
     def __init__(self, error: Exception) -> None:
         self.error = error
         super().__init__(str(error))
+
+
+def thrown_back(step: Any, error: Exception) -> Exception:
+    """Return what to throw into the protocol for a step that raised ``error``.
+
+    A Redis error of the protocol's own I/O becomes ``RedisUnavailable`` (``on_redis_error``
+    decides); anything the loader raised, a Redis error from its own data source included,
+    goes back unchanged, to be shared with the waiters like any loader failure.
+    """
+    if isinstance(error, RedisError) and not isinstance(step, Load):
+        return RedisUnavailable(error)
+    return error
 
 
 @dataclass(frozen=True)

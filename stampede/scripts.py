@@ -117,7 +117,67 @@ return 0
 """,
 )
 
-ALL = (ACQUIRE, RELEASE, EXTEND, STORE, INVALIDATE)
+COMPARE_DELETE = Script(
+    "compare_delete",
+    """
+-- KEYS[1] key
+-- ARGV[1] expected value
+-- returns 1 when the key held ARGV[1] and is now deleted, else 0
+-- Token-safe removal of a record written by one holder (a Celery enqueue mark holding a task
+-- id, a guard's holder record): a record already replaced by a newer holder is left alone.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+""",
+)
+
+COMPARE_PEXPIRE = Script(
+    "compare_pexpire",
+    """
+-- KEYS[1] key
+-- ARGV[1] expected value, ARGV[2] new ttl in ms
+-- returns 1 when the key held ARGV[1] and now lives ARGV[2] ms more, else 0
+-- Renews a guard's holder record with its lock, and never a newer holder's record.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+""",
+)
+
+MARK_QUEUED = Script(
+    "mark_queued",
+    """
+-- KEYS[1] lock key, KEYS[2] holder record key, KEYS[3] queued mark key
+-- ARGV[1] job id, ARGV[2] mark ttl in ms
+-- returns {1, ARGV[1]} when the job is now the one queued, {0, the queued job's id} when
+-- another job is queued, {2, the holder record "<token> <holder>"} when one is running
+-- One call, so that no caller ever reads a mark that another caller is about to take back.
+-- A job is running while the lock is held by the token its holder record names; a record
+-- whose lock is gone belongs to a job that is finishing, which a new job need not wait for.
+local lock = redis.call('GET', KEYS[1])
+local record = redis.call('GET', KEYS[2])
+if lock and record and string.sub(record, 1, #lock + 1) == lock .. ' ' then
+  return {2, record}
+end
+if redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, ARGV[1]}
+end
+return {0, redis.call('GET', KEYS[3])}
+""",
+)
+
+ALL = (
+    ACQUIRE,
+    RELEASE,
+    EXTEND,
+    STORE,
+    INVALIDATE,
+    COMPARE_DELETE,
+    COMPARE_PEXPIRE,
+    MARK_QUEUED,
+)
 
 
 def run(client: Any, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> Any:
@@ -126,6 +186,30 @@ def run(client: Any, script: Script, keys: Sequence[Any], args: Sequence[Any]) -
         return client.evalsha(script.sha, len(keys), *keys, *args)
     except NoScriptError:
         return client.eval(script.text, len(keys), *keys, *args)
+
+
+def run_many(
+    client: Any, script: Script, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]]
+) -> list[Any]:
+    """Return the results of ``script`` run once per (keys, args) in ``calls``, in one round trip.
+
+    A pipeline (not a transaction: on a cluster it splits by slot); after ``NOSCRIPT`` the
+    script is loaded once and the whole batch sent again, which is safe for idempotent scripts.
+    """
+    if not calls:
+        return []
+
+    def send() -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        for keys, args in calls:
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        return pipe.execute()
+
+    try:
+        return send()
+    except NoScriptError:
+        client.script_load(script.text)
+        return send()
 
 
 async def arun(client: Any, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> Any:

@@ -123,16 +123,15 @@ async def drive(protocol: flight.Protocol, io: FlightIO) -> Any:
             outcome, error = None, None
             try:
                 outcome = await io.perform(step)
-            except RedisError as exc:
-                logger.warning(
-                    "stampede: Redis failed during %s of %r: %s",
-                    type(step).__name__,
-                    io.full_key,
-                    exc,
-                )
-                error = flight.RedisUnavailable(exc)
             except Exception as exc:
-                error = exc
+                error = flight.thrown_back(step, exc)
+                if isinstance(error, flight.RedisUnavailable):
+                    logger.warning(
+                        "stampede: Redis failed during %s of %r: %s",
+                        type(step).__name__,
+                        io.full_key,
+                        exc,
+                    )
     finally:
         protocol.close()
         await io.close()
