@@ -9,11 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from .exceptions import LoaderError, LockLost, LockTimeout, StampedeError, WaitTimeout
+from .guard import Guard, guard
 from .mutex import Mutex
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Guard",
     "LoaderError",
     "LockLost",
     "LockTimeout",
@@ -21,6 +23,7 @@ __all__ = [
     "StampedeError",
     "WaitTimeout",
     "__version__",
+    "guard",
 ]
 
 # Public names living in modules that import Django; resolved on first attribute access.

@@ -35,17 +35,17 @@ class RedisStore:
     def write(
         self, full_key: Any, key: Any, version: Any, record: Any, ttl: float | None, mutex: Mutex
     ) -> bool:
-        token = mutex.token
+        call = self.store_call(full_key, record, ttl, mutex.token)
+        return call is not None and bool(scripts.run(self.client, scripts.STORE, *call))
+
+    def store_call(
+        self, full_key: Any, record: Any, ttl: float | None, token: str | None
+    ) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+        """Return the STORE script's (keys, args), or None when no lock is held to write under."""
         if token is None:
-            return False
+            return None
         ttl_ms = 0 if ttl is None else conf.to_ms(ttl)
-        written = scripts.run(
-            self.client,
-            scripts.STORE,
-            (full_key, keys.lock_key(full_key)),
-            (token, self._dumps(record), ttl_ms),
-        )
-        return bool(written)
+        return (full_key, keys.lock_key(full_key)), (token, self._dumps(record), ttl_ms)
 
 
 class BackendStore:

@@ -14,7 +14,7 @@ from typing import Any
 import redis.asyncio
 import redis.asyncio.connection as async_connection
 
-from .. import conf, keys, scripts
+from .. import scripts
 from ..envelope import MISSING
 from ..stores import BackendStore as SyncBackendStore
 from ..stores import RedisStore as SyncRedisStore
@@ -39,32 +39,18 @@ _SYNC_ONLY = {
 }
 
 
-class RedisStore:
-    """Async twin of :class:`stampede.stores.RedisStore`."""
+class RedisStore(SyncRedisStore):
+    """Async twin of :class:`stampede.stores.RedisStore` (same serializer and script call)."""
 
-    def __init__(self, client: Any, dumps: Any, loads: Any) -> None:
-        self.client = client
-        self._dumps = dumps
-        self._loads = loads
-
-    async def read(self, full_key: Any, key: Any, version: Any) -> Any:
+    async def read(self, full_key: Any, key: Any, version: Any) -> Any:  # type: ignore[override]
         raw = await self.client.get(full_key)
         return MISSING if raw is None else self._loads(raw)
 
-    async def write(
+    async def write(  # type: ignore[override]
         self, full_key: Any, key: Any, version: Any, record: Any, ttl: float | None, mutex: Mutex
     ) -> bool:
-        token = mutex.token
-        if token is None:
-            return False
-        ttl_ms = 0 if ttl is None else conf.to_ms(ttl)
-        written = await scripts.arun(
-            self.client,
-            scripts.STORE,
-            (full_key, keys.lock_key(full_key)),
-            (token, self._dumps(record), ttl_ms),
-        )
-        return bool(written)
+        call = self.store_call(full_key, record, ttl, mutex.token)
+        return call is not None and bool(await scripts.arun(self.client, scripts.STORE, *call))
 
 
 class BackendStore:
