@@ -21,6 +21,7 @@ from django.core.cache import caches
 from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.functional import cached_property
+from django.utils.module_loading import import_string
 
 from . import conf, fill, local, scripts
 from . import keys as redis_keys
@@ -31,7 +32,7 @@ from .envelope import INVALIDATED, MISSING, Failure
 from .exceptions import WaitTimeout
 from .flight import value_of
 from .mutex import Mutex
-from .stores import store_for
+from .stores import is_redis_backend, store_for
 
 _BACKEND_OPTIONS = ("LOCK_URL", "NEAR_CACHE")
 
@@ -58,21 +59,34 @@ class StampedeCache(BaseCache):
             self._options = conf.FillOptions.from_settings(options)
         except (TypeError, ValueError) as exc:
             raise ImproperlyConfigured(f"StampedeCache OPTIONS: {exc}") from exc
-        self._location = self._check_location(location)
+        self._location = self._check_location(location, self._lock_url)
 
     @staticmethod
-    def _check_location(location: Any) -> str:
+    def _check_location(location: Any, lock_url: str | None) -> str:
+        """Return ``location`` if it names a cache this one can wrap; fail at start-up if not."""
         configured = getattr(settings, "CACHES", {})
         if not isinstance(location, str) or location not in configured:
             raise ImproperlyConfigured(
                 f"StampedeCache LOCATION must be the alias of the cache it wraps, one of "
                 f"{sorted(configured)}; got {location!r}"
             )
-        backend = configured[location].get("BACKEND", "")
-        if backend.endswith(".StampedeCache"):
+        backend_path = configured[location].get("BACKEND", "")
+        try:
+            backend_class = import_string(backend_path)
+        except ImportError as exc:
+            raise ImproperlyConfigured(
+                f"StampedeCache LOCATION {location!r} has BACKEND {backend_path!r}, which "
+                f"cannot be imported: {exc}"
+            ) from exc
+        if issubclass(backend_class, StampedeCache):
             raise ImproperlyConfigured(
                 f"StampedeCache LOCATION {location!r} is itself a StampedeCache; "
                 "point it at the cache that stores the values"
+            )
+        if lock_url is None and not is_redis_backend(backend_class):
+            raise ImproperlyConfigured(
+                f"StampedeCache LOCATION {location!r} ({backend_path}) does not keep its "
+                "values in Redis: set OPTIONS['LOCK_URL'] to the Redis that holds the locks"
             )
         return location
 

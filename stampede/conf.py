@@ -116,7 +116,14 @@ class FillOptions:
         if unknown:
             allowed = ", ".join(name.upper() for name in OPTION_NAMES)
             raise ValueError(f"unknown option(s) {unknown}; allowed: {allowed}")
-        return cls(**{key.lower(): value for key, value in options.items()})
+        try:
+            return cls(**{key.lower(): value for key, value in options.items()})
+        except (TypeError, ValueError) as exc:
+            # Name the option as the user wrote it: OPTIONS['LOCK_TTL'], not lock_ttl.
+            field, _, rest = str(exc).partition(" ")
+            if field not in OPTION_NAMES:
+                raise
+            raise type(exc)(f"OPTIONS[{field.upper()!r}] {rest}") from None
 
 
 OPTION_NAMES = tuple(f.name for f in fields(FillOptions))

@@ -86,6 +86,14 @@ def shared_client(identity: Any, build: Any) -> Any:
     return client
 
 
+def is_redis_backend(backend_class: type) -> bool:
+    """Return True if ``backend_class`` keeps its values in Redis (Django's or django-redis)."""
+    names = {f"{cls.__module__}.{cls.__qualname__}" for cls in backend_class.__mro__}
+    return bool(
+        names & {"django.core.cache.backends.redis.RedisCache", "django_redis.cache.RedisCache"}
+    )
+
+
 def store_for(backend: Any, lock_url: str | None) -> RedisStore | BackendStore:
     """Return the store adapter for a Django cache ``backend``."""
     django_redis = _django_redis_store(backend)

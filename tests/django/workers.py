@@ -1,0 +1,259 @@
+"""Targets run by spawned child processes of the Django backend tests, and their settings.
+
+Each child configures Django itself (``settings.configure(CACHES=..., USE_TZ=True)`` then
+``django.setup()``) with the CACHES the parent passes, and uses ``caches["default"]`` as
+application code does. Loader calls are counted in Redis (``INCR`` on a counter key, through a
+plain client of the process), never in memory; only the tests that stop Redis count them in a
+``multiprocessing.Value``.
+
+The modules the children need are imported here, at import time, which happens in the child
+before the test releases its callers: configuring Django after the release stays quick.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import django
+import django.core.cache.backends.locmem
+import django.core.cache.backends.redis
+import django_redis.cache  # noqa: F401
+import redis as redis_py
+from django.conf import settings
+from django.core.cache import caches
+
+import stampede.backends  # noqa: F401
+
+BACKINGS = {
+    "django": "django.core.cache.backends.redis.RedisCache",
+    "django_redis": "django_redis.cache.RedisCache",
+    "locmem": "django.core.cache.backends.locmem.LocMemCache",
+}
+
+
+def caches_config(redis_url: str, backing: str = "django", **options: Any) -> dict[str, Any]:
+    """Return CACHES: ``default`` is a StampedeCache with ``options`` over ``backing``.
+
+    ``backing`` is "django" (Django's RedisCache), "django_redis" or "locmem" (which needs
+    ``LOCK_URL`` in ``options`` to work).
+    """
+    location = "stampede-tests" if backing == "locmem" else redis_url
+    return {
+        "backing": {"BACKEND": BACKINGS[backing], "LOCATION": location},
+        "default": {
+            "BACKEND": "stampede.backends.StampedeCache",
+            "LOCATION": "backing",
+            "OPTIONS": options,
+        },
+    }
+
+
+# -- per-process set-up -----------------------------------------------------------------------
+
+_setup_lock = threading.Lock()
+_clients: dict[str, redis_py.Redis] = {}
+
+
+def setup_django(caches_setting: dict[str, Any]) -> None:
+    """Configure Django in this child once, with ``caches_setting`` as CACHES."""
+    with _setup_lock:
+        if not settings.configured:
+            settings.configure(CACHES=caches_setting, USE_TZ=True)
+            django.setup()
+        elif caches_setting != settings.CACHES:
+            raise RuntimeError("this child was configured with other CACHES already")
+
+
+def client_for(url: str) -> redis_py.Redis:
+    """Return this process's plain client (for counters) of ``url``."""
+    with _setup_lock:
+        client = _clients.get(url)
+        if client is None:
+            client = _clients[url] = redis_py.Redis.from_url(url)
+        return client
+
+
+def counted_loader(
+    url: str,
+    counter: str,
+    value: Any,
+    load_seconds: float = 0.0,
+    started: Any = None,
+    proceed: Any = None,
+) -> Callable[[], Any]:
+    """Return a loader that counts its call in Redis, then returns ``value``.
+
+    In between it sets ``started`` and waits for ``proceed`` (events, if given), then sleeps
+    ``load_seconds``.
+    """
+    client = client_for(url)
+
+    def load() -> Any:
+        client.incr(counter)
+        if started is not None:
+            started.set()
+        if proceed is not None and not proceed.wait(60):
+            raise RuntimeError("the test never let the loader proceed")
+        time.sleep(load_seconds)
+        return value
+
+    return load
+
+
+def outcome(call: Callable[[], Any]) -> tuple[Any, ...]:
+    """Return ``("value", result)`` or ``("raised", "module.Type", message)``."""
+    try:
+        return ("value", call())
+    except Exception as exc:
+        return ("raised", f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc))
+
+
+# -- targets for tests.helpers.run_concurrently (called after the shared barrier) ------------
+
+
+def get_or_set_together(
+    caches_setting: dict,
+    url: str,
+    key: str,
+    counter: str,
+    result: Any,
+    load_seconds: float,
+    arrived: Any,
+    everyone: Any,
+    callers: int,
+) -> tuple[Any, ...]:
+    """Return the outcome of ``cache.get_or_set(key, loader, 60)`` for one of ``callers``.
+
+    The loader counts its call in Redis, holds until every caller has entered (``arrived``
+    reaches ``callers``, which sets ``everyone``), takes ``load_seconds`` more, then returns
+    ``result`` or raises it if it is an exception. So every caller arrives during the load,
+    however slowly its process was scheduled: none comes late and finds the fill done.
+    """
+    setup_django(caches_setting)
+    client = client_for(url)
+
+    def load() -> Any:
+        client.incr(counter)
+        everyone.wait(60)
+        time.sleep(load_seconds)
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    _arrive(arrived, everyone, callers)
+    return outcome(lambda: caches["default"].get_or_set(key, load, 60))
+
+
+def _arrive(arrived: Any, everyone: Any, callers: int) -> None:
+    with arrived.get_lock():
+        arrived.value += 1
+        if arrived.value == callers:
+            everyone.set()
+
+
+_local_loads = 0
+_local_loads_lock = threading.Lock()
+
+
+def get_or_load_counted_locally(
+    caches_setting: dict,
+    key: str,
+    calls: Any,
+    started: Any,
+    load_seconds: float,
+    arrived: Any,
+    everyone: Any,
+    callers: int,
+) -> tuple[int, tuple[Any, ...], int]:
+    """``get_or_load`` whose loader counts in ``calls`` (Redis may be gone), not in Redis.
+
+    The loader sets ``started``, holds until every caller has entered, then takes
+    ``load_seconds``. Returns (pid, outcome, loader calls made in this process so far).
+    """
+    setup_django(caches_setting)
+
+    def load() -> str:
+        global _local_loads
+        with calls.get_lock():
+            calls.value += 1
+        with _local_loads_lock:
+            _local_loads += 1
+        started.set()
+        everyone.wait(60)
+        time.sleep(load_seconds)
+        return "value"
+
+    _arrive(arrived, everyone, callers)
+    result = outcome(lambda: caches["default"].get_or_load(key, load, timeout=60))
+    with _local_loads_lock:
+        return os.getpid(), result, _local_loads
+
+
+# -- targets of processes the tests start and steer themselves -----------------------------
+
+
+def fill_in_threads(
+    caches_setting: dict,
+    url: str,
+    key: str,
+    counter: str,
+    value: Any,
+    load_seconds: float,
+    threads: int,
+    started: Any,
+    results: Any,
+    proceed: Any = None,
+) -> None:
+    """``threads`` threads call ``get_or_load(key)``; each puts its outcome on ``results``.
+
+    The loader counts in Redis, sets ``started`` and waits for ``proceed`` (if given), and
+    sleeps ``load_seconds``.
+    """
+    setup_django(caches_setting)
+    loader = counted_loader(url, counter, value, load_seconds, started, proceed)
+
+    def call() -> None:
+        results.put(outcome(lambda: caches["default"].get_or_load(key, loader, timeout=60)))
+
+    workers = [threading.Thread(target=call) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+
+def read_after_barrier(
+    caches_setting: dict,
+    url: str,
+    key: str,
+    counter: str,
+    threads: int,
+    barrier: Any,
+    results: Any,
+    options: dict[str, Any],
+) -> None:
+    """``threads`` threads wait at ``barrier`` twice (ready, go), then time one ``get_or_load``.
+
+    Each puts ``(outcome, seconds the call took)`` on ``results``. The loader counts in Redis
+    and takes 500 ms (it should not run: the tests expect these callers to be served).
+    """
+    setup_django(caches_setting)
+    loader = counted_loader(url, counter, "loaded-by-a-reader", 0.5)
+
+    def call() -> None:
+        cache = caches["default"]
+        barrier.wait()  # every reader is ready
+        barrier.wait()  # go
+        started = time.monotonic()
+        result = outcome(lambda: cache.get_or_load(key, loader, **options))
+        results.put((result, time.monotonic() - started))
+
+    workers = [threading.Thread(target=call) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
