@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .exceptions import LoaderError, LockLost, LockTimeout, StampedeError, WaitTimeout
-from .guard import Guard, guard
+from .guards import Guard, guard
 from .mutex import Mutex
 
 __version__ = "0.1.0"

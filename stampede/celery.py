@@ -1,7 +1,7 @@
 """Celery task guard: no two workers run the same task with the same key at once.
 
 ``@app.task(base=SingleFlightTask, single_flight={...})``. When a worker starts the task it
-takes a :class:`~stampede.guard.Guard` named ``stampede:task:<task name>:<key>``; the lock is
+takes a :class:`~stampede.guards.Guard` named ``stampede:task:<task name>:<key>``; the lock is
 renewed while the task runs, released token-safely when the run ends in any way (success,
 failure, retry, revoke with SIGTERM), released by the worker's main process on behalf of a
 run revoked with SIGKILL, and outlives a dead worker by at most its TTL. A run that finds the
@@ -22,26 +22,17 @@ This module imports Celery; it is imported only by users of the ``celery`` extra
 
 from __future__ import annotations
 
-import hashlib
 import inspect
-import json
 import logging
-import os
-import re
 import signal
-import string
-import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
+from collections.abc import Mapping
 from typing import Any
 
 from celery import Task, signals
 from celery.utils import uuid
 from redis.exceptions import RedisError
 
-from . import conf
-from .exceptions import StampedeError
-from .guard import (
+from .guards import (
     Guard,
     clear_mark,
     client_for_url,
@@ -50,19 +41,31 @@ from .guard import (
     release_held_by,
     requeue_mark,
 )
+from .taskguard import (
+    HEADER,
+    SKIPPED,
+    AlreadyQueued,
+    AlreadyRunning,
+    SingleFlightOptions,
+    check_key,
+    django_client,
+    header_overrides,
+    key_part,
+    lock_name,
+    run_signature,
+)
+
+__all__ = [
+    "SKIPPED",
+    "AlreadyQueued",
+    "AlreadyRunning",
+    "SingleFlightOptions",
+    "SingleFlightTask",
+    "was_skipped",
+]
 
 logger = logging.getLogger(__name__)
 
-#: Message header that carries per-call overrides to the worker (and into retries).
-HEADER = "stampede_single_flight"
-#: Prefix of every task guard's lock name.
-NAME_PREFIX = "stampede:task:"
-#: Key of the marker in a skipped run's result: ``{"stampede_skipped": True, ...}``.
-SKIPPED = "stampede_skipped"
-ON_DUPLICATE_CHOICES = ("skip", "retry", "raise")
-ON_ENQUEUE_DUPLICATE_CHOICES = ("result", "raise")
-# Longer keys are replaced by their SHA-256, so a big argument cannot make a huge Redis key.
-_MAX_KEY_LENGTH = 200
 # A redelivered message waits this much past the dead holder's TTL before it gives up.
 _REDELIVERY_MARGIN = 1.0
 # A run revoked with SIGKILL cannot release its own lock. Other signals (SIGTERM, the default)
@@ -70,250 +73,6 @@ _REDELIVERY_MARGIN = 1.0
 # releases it, after any cleanup of the task body: releasing earlier, from the main process,
 # would let the next run start while that cleanup still writes.
 _UNCATCHABLE = frozenset({signal.SIGKILL})
-
-
-class AlreadyRunning(StampedeError):
-    """A run of this task with the same key holds the guard (``on_duplicate="raise"``).
-
-    Attributes ``key`` (the guard's lock name) and ``task_id`` (the holder, when known).
-    """
-
-    def __init__(self, key: str, task_id: str | None = None) -> None:
-        self.key = key
-        self.task_id = task_id
-        # args are the constructor's arguments, so the error survives Celery's JSON results.
-        super().__init__(key, task_id)
-
-    def __str__(self) -> str:
-        holder = self.task_id or "an unknown task"
-        return f"task guard {self.key!r} is held by {holder}"
-
-
-class AlreadyQueued(AlreadyRunning):
-    """A copy with the same key is already queued or running (``on_enqueue_duplicate="raise"``)."""
-
-    def __str__(self) -> str:
-        holder = self.task_id or "an unknown task"
-        return f"task guard {self.key!r}: {holder} is already queued or running"
-
-
-def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        allowed = ", ".join(repr(choice) for choice in choices[:-1]) + f" or {choices[-1]!r}"
-        raise ValueError(f"single_flight {name!r} must be {allowed}; got {value!r}")
-    return value
-
-
-@dataclass(frozen=True)
-class SingleFlightOptions:
-    """The guard of one task; a task's ``single_flight`` dict maps one-to-one to these fields.
-
-    Attributes:
-        key: None (task name + all arguments), a format string over argument names
-            (``"{account_id}"``), or a callable taking the task's arguments.
-        ttl: seconds the lock outlives a dead worker; renewed every ``ttl/3`` while it runs.
-        on_duplicate: what a run does when the guard is held: "skip", "retry" or "raise".
-        retry_countdown: seconds before a "retry"; None: the task's ``default_retry_delay``.
-        at_enqueue: also refuse to queue a copy while one is queued or running.
-        enqueue_ttl: seconds a queued mark lives at most; None: ``ttl``.
-        on_enqueue_duplicate: "result" (return the existing AsyncResult) or "raise".
-        redis_url: the Redis of the locks; None: app.conf ``stampede_redis_url``, else Django.
-    """
-
-    key: str | Callable[..., Any] | None = None
-    ttl: float = 60.0
-    on_duplicate: str = "skip"
-    retry_countdown: float | None = None
-    at_enqueue: bool = False
-    enqueue_ttl: float | None = None
-    on_enqueue_duplicate: str = "result"
-    redis_url: str | None = None
-
-    def __post_init__(self) -> None:
-        check = object.__setattr__
-        if self.key is not None and not isinstance(self.key, str) and not callable(self.key):
-            raise TypeError(
-                "single_flight 'key' must be None, a format string such as '{account_id}' "
-                f"or a callable; got {self.key!r}"
-            )
-        if isinstance(self.key, str) and not self.key:
-            raise ValueError("single_flight 'key' must not be empty; use None for all arguments")
-        check(self, "ttl", conf.seconds("single_flight 'ttl'", self.ttl))
-        check(
-            self, "on_duplicate", _choice("on_duplicate", self.on_duplicate, ON_DUPLICATE_CHOICES)
-        )
-        countdown = conf.optional_seconds("single_flight 'retry_countdown'", self.retry_countdown)
-        check(self, "retry_countdown", countdown)
-        if not isinstance(self.at_enqueue, bool):
-            raise TypeError(
-                f"single_flight 'at_enqueue' must be True or False; got {self.at_enqueue!r}"
-            )
-        if self.enqueue_ttl is not None:
-            check(
-                self, "enqueue_ttl", conf.seconds("single_flight 'enqueue_ttl'", self.enqueue_ttl)
-            )
-        choice = _choice(
-            "on_enqueue_duplicate", self.on_enqueue_duplicate, ON_ENQUEUE_DUPLICATE_CHOICES
-        )
-        check(self, "on_enqueue_duplicate", choice)
-        if self.redis_url is not None and (
-            not isinstance(self.redis_url, str) or not self.redis_url
-        ):
-            raise TypeError(
-                f"single_flight 'redis_url' must be a Redis URL; got {self.redis_url!r}"
-            )
-
-    @classmethod
-    def from_mapping(cls, options: Any) -> SingleFlightOptions:
-        """Return options from a ``single_flight`` dict, refusing unknown names."""
-        return cls().merged(options)
-
-    def merged(self, overrides: Any) -> SingleFlightOptions:
-        """Return a copy with ``overrides`` (a mapping of option names) applied and validated."""
-        if overrides is None:
-            return self
-        if not isinstance(overrides, Mapping):
-            raise TypeError(f"single_flight must be a dict of options; got {overrides!r}")
-        unknown = sorted(set(overrides) - set(OPTION_NAMES))
-        if unknown:
-            raise TypeError(f"unknown single_flight option(s) {unknown}; allowed: {OPTION_NAMES}")
-        return replace(self, **overrides) if overrides else self
-
-    @property
-    def mark_ttl(self) -> float:
-        return self.ttl if self.enqueue_ttl is None else self.enqueue_ttl
-
-
-OPTION_NAMES = tuple(f.name for f in fields(SingleFlightOptions))
-
-
-def _header_overrides(overrides: Any) -> dict[str, Any]:
-    """Return per-call overrides as the header sent with the message (JSON-safe values only)."""
-    if not isinstance(overrides, Mapping):
-        raise TypeError(f"single_flight must be a dict of options; got {overrides!r}")
-    if callable(overrides.get("key")):
-        raise TypeError(
-            "a per-call single_flight 'key' must be a format string (it travels in the "
-            "message); set a callable key on the task instead"
-        )
-    return dict(overrides)
-
-
-# -- the key ----------------------------------------------------------------------------------
-
-
-def _run_signature(task_class: type) -> inspect.Signature:
-    """Return the signature of the task body as callers call it (without a bound ``self``)."""
-    run = inspect.getattr_static(task_class, "run")
-    if isinstance(run, staticmethod):
-        return inspect.signature(run.__func__)
-    signature = inspect.signature(run)
-    return signature.replace(parameters=list(signature.parameters.values())[1:])
-
-
-def _check_key(key: Any, signature: inspect.Signature, task_name: str) -> None:
-    """Raise unless every field of a format-string ``key`` names an argument of the task."""
-    if not isinstance(key, str):
-        return
-    try:
-        fields_ = [field for _, field, _, _ in string.Formatter().parse(key) if field is not None]
-    except ValueError as exc:
-        raise ValueError(
-            f"single_flight 'key' {key!r} is not a valid format string: {exc}"
-        ) from None
-    parameters = signature.parameters
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
-    for field in fields_:
-        root = re.split(r"[.\[]", field, maxsplit=1)[0]
-        if not root or root.isdigit():
-            raise ValueError(
-                f"single_flight 'key' {key!r} must name arguments, e.g. '{{account_id}}'; "
-                "positional fields such as '{}' or '{0}' are not allowed"
-            )
-        if root not in parameters and not takes_any:
-            raise ValueError(
-                f"single_flight 'key' {key!r} names {root!r}, which is not an argument of "
-                f"{task_name}; arguments: {list(parameters)}"
-            )
-
-
-def _plain(value: Any) -> Any:
-    # JSON messages turn tuples into lists: the client and the worker must see the same key.
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
-
-
-def _json_fallback(value: Any) -> Any:
-    if isinstance(value, (set, frozenset)):
-        return sorted(repr(item) for item in value)
-    return f"{type(value).__qualname__}:{value}"
-
-
-def _key_part(options: SingleFlightOptions, signature: inspect.Signature, args, kwargs) -> str:
-    if callable(options.key):
-        return str(options.key(*args, **kwargs))
-    bound = signature.bind(*args, **kwargs)
-    bound.apply_defaults()
-    arguments = {name: _plain(value) for name, value in bound.arguments.items()}
-    if options.key is None:
-        return json.dumps(
-            list(arguments.values()),
-            sort_keys=True,
-            separators=(",", ":"),
-            ensure_ascii=False,
-            default=_json_fallback,
-        )
-    for parameter in signature.parameters.values():
-        if parameter.kind is parameter.VAR_KEYWORD:
-            arguments = {**arguments[parameter.name], **arguments}
-    try:
-        return options.key.format(**arguments)
-    except (KeyError, IndexError, AttributeError) as exc:
-        raise ValueError(
-            f"single_flight 'key' {options.key!r} cannot be formatted: {exc!r}"
-        ) from None
-
-
-def _lock_name(task_name: str, part: str) -> str:
-    if len(part) > _MAX_KEY_LENGTH:
-        part = "sha256:" + hashlib.sha256(part.encode()).hexdigest()
-    return f"{NAME_PREFIX}{task_name}:{part}"
-
-
-# -- where the locks live ---------------------------------------------------------------------
-
-
-def _django_client() -> Any:
-    """Return the Django project's lock client, or None when Django is not in use."""
-    if "django" not in sys.modules and not os.environ.get("DJANGO_SETTINGS_MODULE"):
-        return None
-    try:
-        from django.conf import settings
-    except ImportError:
-        return None
-    if not settings.configured and not os.environ.get("DJANGO_SETTINGS_MODULE"):
-        return None
-    lock_url = (getattr(settings, "STAMPEDE", None) or {}).get("LOCK_URL")
-    if lock_url:
-        return client_for_url(lock_url)
-    from django.core.cache import caches
-
-    from .backends import StampedeCache
-    from .stores import store_for
-
-    backend = caches["default"]
-    if isinstance(backend, StampedeCache):
-        return backend._store.client
-    try:
-        return store_for(backend, None).client
-    except ValueError as exc:
-        raise ValueError(
-            f"the Celery task guard needs Redis: CACHES['default'] is not a Redis cache ({exc}); "
-            "set STAMPEDE = {'LOCK_URL': 'redis://...'} in settings"
-        ) from None
 
 
 class SingleFlightTask(Task):
@@ -349,10 +108,10 @@ class SingleFlightTask(Task):
             if not isinstance(declared, Mapping):
                 raise TypeError(f"{cls.name}: single_flight must be a dict; got {declared!r}")
             merged.update(declared)
-        signature = _run_signature(cls)
+        signature = run_signature(cls)
         try:
             options = SingleFlightOptions.from_mapping(merged)
-            _check_key(options.key, signature, cls.name)
+            check_key(options.key, signature, cls.name)
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"{cls.name}: {exc}") from None
         cls._single_flight_options = options
@@ -368,13 +127,13 @@ class SingleFlightTask(Task):
         return self._name_for(self._single_flight_options, args, kwargs)
 
     def _name_for(self, options: SingleFlightOptions, args: Any, kwargs: Any) -> str:
-        part = _key_part(options, self._single_flight_signature, args or (), kwargs or {})
-        return _lock_name(self.name, part)
+        part = key_part(options, self._single_flight_signature, args or (), kwargs or {})
+        return lock_name(self.name, part)
 
     def _options_with(self, overrides: Any) -> SingleFlightOptions:
         options = self._single_flight_options.merged(overrides)
         if overrides and "key" in overrides:
-            _check_key(options.key, self._single_flight_signature, self.name)
+            check_key(options.key, self._single_flight_signature, self.name)
         return options
 
     def _options_for(self, request: Any) -> SingleFlightOptions:
@@ -385,7 +144,7 @@ class SingleFlightTask(Task):
         url = options.redis_url or self.app.conf.get("stampede_redis_url")
         if url:
             return client_for_url(url)
-        client = _django_client()
+        client = django_client()
         if client is None:
             raise ValueError(
                 f"{self.name}: the task guard needs a Redis: set app.conf.stampede_redis_url, "
@@ -417,7 +176,7 @@ class SingleFlightTask(Task):
         overrides = dict(headers.get(HEADER) or {})
         per_call = options.pop("single_flight", None)
         if per_call is not None:
-            overrides.update(_header_overrides(per_call))
+            overrides.update(header_overrides(per_call))
             options["headers"] = {**headers, HEADER: overrides}
         flight = self._options_with(overrides)
         send = super().apply_async

@@ -44,3 +44,13 @@ def fence_key(name: Name) -> Name:
 def done_channel(name: Name) -> Name:
     """Return the pub/sub channel on which a release of ``name`` is announced."""
     return _derive(name, ":done")
+
+
+def holder_key(name: Name) -> Name:
+    """Return the key of a guard's holder record ("<lock token> <holder label>")."""
+    return _derive(name, ":holder")
+
+
+def queued_key(name: Name) -> Name:
+    """Return the key of a guard's queued mark (the id of the one job queued for ``name``)."""
+    return _derive(name, ":queued")

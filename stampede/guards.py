@@ -29,8 +29,23 @@ from redis.exceptions import RedisError
 
 from . import conf, keys, scripts, watchdog
 from .exceptions import LockLost, LockTimeout
+from .keys import holder_key, queued_key
 from .mutex import Mutex
 from .stores import shared_client
+
+__all__ = [
+    "Guard",
+    "clear_mark",
+    "client_for_url",
+    "guard",
+    "holder_key",
+    "holder_of",
+    "mark_queued",
+    "queued_job",
+    "queued_key",
+    "release_held_by",
+    "requeue_mark",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -39,26 +54,6 @@ GUARD_PREFIX = "stampede:guard:"
 # What a release announces on the name's wake-up channel: any message wakes the waiters.
 _RELEASED = b"released"
 _Function = TypeVar("_Function", bound=Callable[..., Any])
-
-
-# These names belong in keys.py (every Redis name in one place); they live here until that
-# module, which other work is changing, takes them over. They are derived from the lock key by
-# keys.py's own rule, so lock, holder record and queued mark share one Redis Cluster slot and
-# one Lua script may touch all three.
-def _beside_lock(name: str, suffix: str) -> str:
-    lock_key = keys.lock_key(name)
-    assert isinstance(lock_key, str) and lock_key.endswith(":lock"), lock_key
-    return lock_key.removesuffix(":lock") + suffix
-
-
-def holder_key(name: str) -> str:
-    """Return the key of the holder record of guard ``name`` ("<lock token> <holder>")."""
-    return _beside_lock(name, ":holder")
-
-
-def queued_key(name: str) -> str:
-    """Return the key of the queued mark of guard ``name`` (the queued job's id)."""
-    return _beside_lock(name, ":queued")
 
 
 def client_for_url(url: str) -> Any:

@@ -1,0 +1,230 @@
+"""``stampede.guard`` / ``Guard`` (no Celery needed): one holder at a time, on a real Redis."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import redis as redis_py
+
+import stampede
+from stampede import LockLost, LockTimeout, keys
+from stampede.guards import (
+    GUARD_PREFIX,
+    Guard,
+    clear_mark,
+    holder_key,
+    holder_of,
+    mark_queued,
+    queued_job,
+    queued_key,
+    release_held_by,
+    requeue_mark,
+)
+from tests.helpers import run_concurrently
+
+
+def test_guard_is_exported_from_the_package():
+    assert stampede.guard is not None and stampede.Guard is Guard
+    assert "guard" in stampede.__all__ and "Guard" in stampede.__all__
+
+
+def test_a_guard_holds_its_lock_inside_the_block_and_releases_it_after(redis, redis_url):
+    with stampede.guard("export", url=redis_url) as held:
+        assert held.held and held.name == f"{GUARD_PREFIX}export"
+        assert redis.exists(keys.lock_key(held.name))
+        first = held.fencing_token
+    assert not held.held
+    assert not redis.exists(keys.lock_key(held.name))
+    with stampede.guard("export", client=redis) as again:
+        assert again.fencing_token > first
+
+
+def test_a_second_holder_times_out_while_the_first_holds(redis):
+    with stampede.guard("export", client=redis):
+        started = time.monotonic()
+        busy = stampede.guard("export", client=redis, timeout=0)
+        with pytest.raises(LockTimeout) as caught, busy:
+            pass
+        assert caught.value.name == f"{GUARD_PREFIX}export"
+        assert time.monotonic() - started < 30  # hang bound only
+        with stampede.guard("other", client=redis):  # other keys are free
+            pass
+
+
+def test_a_waiting_holder_gets_the_guard_when_the_first_releases(redis):
+    order: list[str] = []
+    first = stampede.guard("export", client=redis)
+    first.__enter__()
+
+    def second() -> None:
+        with stampede.guard("export", client=redis, timeout=30):
+            order.append("second")
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    order.append("first")
+    first.__exit__(None, None, None)
+    thread.join(30)
+    assert order == ["first", "second"]
+
+
+def test_the_lock_is_renewed_while_held(redis):
+    with stampede.guard("slow", client=redis, ttl=0.3) as held:
+        # Outlive the TTL three times over: renewal keeps the lock.
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            assert redis.exists(keys.lock_key(held.name))
+            time.sleep(0.05)
+        assert not held.lost
+
+
+def test_a_guard_whose_lock_was_taken_over_raises_lock_lost(redis):
+    with pytest.raises(LockLost), stampede.guard("export", client=redis) as held:
+        redis.delete(keys.lock_key(held.name))
+
+
+def _count_unsafely(url: str) -> None:
+    client = redis_py.Redis.from_url(url)
+
+    @stampede.guard("counter", url=url)
+    def increment() -> None:
+        value = int(client.get("counter") or 0)
+        time.sleep(0.001)  # widen the read-modify-write window
+        client.set("counter", value + 1)
+
+    for _ in range(10):
+        increment()
+
+
+def test_the_decorator_admits_one_caller_at_a_time_across_processes(redis, redis_url):
+    results = run_concurrently(_count_unsafely, 3, 2, redis_url)
+    assert [status for status, _ in results] == ["ok"] * 6, results
+    assert int(redis.get("counter")) == 60
+
+
+def test_a_coroutine_function_is_refused():
+    async def job() -> None:
+        pass
+
+    with pytest.raises(TypeError, match="coroutine"):
+        stampede.guard("x", url="redis://127.0.0.1:1/0")(job)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({}, TypeError),
+        ({"url": "redis://127.0.0.1:1/0", "client": object()}, TypeError),
+        ({"url": "redis://127.0.0.1:1/0", "ttl": 0}, ValueError),
+        ({"url": "redis://127.0.0.1:1/0", "timeout": -1}, ValueError),
+        ({"url": 6379}, TypeError),
+    ],
+)
+def test_bad_arguments_fail_at_once(kwargs, error):
+    with pytest.raises(error):
+        stampede.guard("x", **kwargs)
+
+
+def test_an_empty_key_fails_at_once():
+    with pytest.raises(TypeError):
+        stampede.guard("", url="redis://127.0.0.1:1/0")
+
+
+# -- holder records ----------------------------------------------------------------------------
+
+
+def test_the_holder_record_names_the_holder_while_the_lock_is_held(redis):
+    held = Guard("job", 30, client=redis, holder="task-1")
+    assert held.acquire(blocking=False)
+    assert holder_of(redis, "job") == "task-1"
+    assert held.release()
+    assert holder_of(redis, "job") is None
+    assert not redis.exists(holder_key("job"))
+
+
+def test_a_record_whose_lock_is_gone_names_nobody(redis):
+    held = Guard("job", 30, client=redis, holder="task-1")
+    assert held.acquire(blocking=False)
+    redis.delete(keys.lock_key("job"))
+    assert holder_of(redis, "job") is None
+    assert held.release() is False
+
+
+def test_another_process_can_release_the_hold_of_a_named_holder_only(redis):
+    held = Guard("job", 30, client=redis, holder="task-1")
+    assert held.acquire(blocking=False)
+    assert release_held_by(redis, "job", "task-2") is False
+    assert redis.exists(keys.lock_key("job"))
+    assert release_held_by(redis, "job", "task-1") is True
+    assert not redis.exists(keys.lock_key("job"))
+    # The killed holder's own release, had it run, would find the lock no longer its own.
+    assert held.release() is False
+
+
+def test_release_by_holder_leaves_a_newer_holders_lock_alone(redis):
+    old = Guard("job", 30, client=redis, holder="task-1")
+    assert old.acquire(blocking=False)
+    redis.delete(keys.lock_key("job"))  # task-1's hold expired
+    new = Guard("job", 30, client=redis, holder="task-2")
+    assert new.acquire(blocking=False)
+    assert release_held_by(redis, "job", "task-1") is False
+    assert holder_of(redis, "job") == "task-2"
+    assert new.release()
+
+
+# -- queued marks ------------------------------------------------------------------------------
+
+
+def test_one_mark_per_name_until_it_is_cleared_by_its_own_job(redis):
+    assert mark_queued(redis, "job", "a", ttl=30) is None
+    assert mark_queued(redis, "job", "b", ttl=30) == "a"
+    assert queued_job(redis, "job") == "a"
+    assert clear_mark(redis, "job", "b") is False
+    assert queued_job(redis, "job") == "a"
+    assert clear_mark(redis, "job", "a") is True
+    assert mark_queued(redis, "job", "b", ttl=30) is None
+
+
+def test_a_running_job_is_reported_instead_of_a_new_mark(redis):
+    held = Guard("job", 30, client=redis, holder="running")
+    assert held.acquire(blocking=False)
+    assert mark_queued(redis, "job", "b", ttl=30) == "running"
+    assert queued_job(redis, "job") is None
+    held.release()
+    assert mark_queued(redis, "job", "b", ttl=30) is None
+
+
+def test_a_mark_expires_with_its_ttl(redis):
+    assert mark_queued(redis, "job", "a", ttl=0.05) is None
+    assert 0 < redis.pttl(queued_key("job")) <= 50
+    deadline = time.monotonic() + 10
+    while queued_job(redis, "job") is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert mark_queued(redis, "job", "b", ttl=30) is None
+
+
+def test_a_requeued_job_marks_only_when_nothing_is_marked(redis):
+    assert requeue_mark(redis, "job", "a", 30) is True
+    assert requeue_mark(redis, "job", "b", 30) is False
+    assert queued_job(redis, "job") == "a"
+
+
+def test_concurrent_marks_admit_exactly_one(redis):
+    barrier = threading.Barrier(20)
+    answers: list[str | None] = []
+
+    def mark(n: int) -> None:
+        barrier.wait()
+        answers.append(mark_queued(redis, "job", f"job-{n}", ttl=30))
+
+    threads = [threading.Thread(target=mark, args=(n,)) for n in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    winners = [n for n in range(20) if f"job-{n}" == queued_job(redis, "job")]
+    assert answers.count(None) == 1
+    assert set(answers) == {None, f"job-{winners[0]}"}
