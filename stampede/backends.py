@@ -25,6 +25,7 @@ from django.utils.module_loading import import_string
 
 from . import conf, fill, local, scripts
 from . import keys as redis_keys
+from . import signals as _signals  # noqa: F401  (herd events become Django signals)
 from .aio import fill as aio_fill
 from .aio import local as aio_local
 from .aio import stores as aio_stores

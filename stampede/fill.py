@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import RedisError
 
-from . import flight, keys
+from . import events, flight, keys
 from .conf import FillOptions
 from .mutex import Mutex
 from .notify import Subscription, notifier_for
@@ -57,9 +58,12 @@ class FlightIO:
             self.subscription = notifier_for(self.store.client).subscribe(channel)
             return None
         if isinstance(step, flight.Wait):
-            return self.subscription.message if self.subscription.wait(step.seconds) else None
+            started = time.monotonic()
+            woken = self.subscription.wait(step.seconds)
+            events.emit("waited", key=self.full_key, duration=time.monotonic() - started)
+            return self.subscription.message if woken else None
         if isinstance(step, flight.Load):
-            return self.loader()
+            return self._load(step)
         if isinstance(step, flight.Store):
             return self.store.write(
                 self.full_key, self.key, self.version, step.record, step.ttl, self.mutex
@@ -70,11 +74,28 @@ class FlightIO:
             return None
         if isinstance(step, flight.Serve):
             self.serve(step.value)
+            events.emit("stale_served", key=self.full_key)
+            return None
+        if isinstance(step, flight.Note):
+            events.emit(step.event, key=self.full_key, duration=step.duration)
             return None
         if isinstance(step, flight.Background):
             self._hand_over(step.refresh)
             return None
         raise TypeError(f"unknown protocol step {step!r}")
+
+    def _load(self, step: flight.Load) -> Any:
+        events.emit("load_started", key=self.full_key, locked=step.locked)
+        started = time.monotonic()
+        error: BaseException | None = None
+        try:
+            return self.loader()
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            duration = time.monotonic() - started
+            events.emit("load_finished", key=self.full_key, duration=duration, error=error)
 
     def _hand_over(self, refresh: flight.Protocol) -> None:
         """Give the held lock to a background thread that runs ``refresh``."""
@@ -119,6 +140,7 @@ def drive(protocol: flight.Protocol, io: FlightIO) -> Any:
             except Exception as exc:
                 error = flight.thrown_back(step, exc)
                 if isinstance(error, flight.RedisUnavailable):
+                    events.emit("redis_error", key=io.full_key, error=exc)
                     logger.warning(
                         "stampede: Redis failed during %s of %r: %s",
                         type(step).__name__,

@@ -108,6 +108,14 @@ class Serve:
 
 
 @dataclass(frozen=True)
+class Note:
+    """Report a herd event (see ``stampede.events``) with ``duration`` if any; send back None."""
+
+    event: str
+    duration: float | None = None
+
+
+@dataclass(frozen=True)
 class Background:
     """Run ``refresh`` (a generator of these same steps) in the background; send back None.
 
@@ -215,9 +223,12 @@ def _fill(key: Any, timeout: float | None, options: FillOptions, clock: Clock) -
     if verdict in (EARLY, STALE):
         attempt = yield TryLock()
         if not attempt.won:
+            if verdict == STALE:
+                yield Note("stale_served")
             return value_of(record)  # someone else refreshes; nobody waits
         if verdict == STALE and options.background:
             yield Background(refresh(timeout, options, clock))
+            yield Note("stale_served")
             return value_of(record)
         yield Serve(value_of(record))
         return (yield from refresh(timeout, options, clock))
@@ -241,7 +252,9 @@ def _fill_missing(key: Any, timeout: float | None, options: FillOptions, clock: 
             return (yield from refresh(timeout, options, clock))
         remaining = options.wait_timeout - (clock.monotonic() - started)
         if remaining <= 0:
-            return (yield from _on_timeout(key, clock.monotonic() - started, options))
+            waited = clock.monotonic() - started
+            yield Note("wait_timeout", waited)
+            return (yield from _on_timeout(key, waited, options))
         holder_ttl = attempt.holder_ttl
         message = yield Wait(remaining if holder_ttl is None else min(remaining, holder_ttl))
         failure = failure_from_message(message)

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from . import events
 from .envelope import MISSING
 
 
@@ -61,6 +62,7 @@ class FlightGroup:
             if leading:
                 flight = self._flights[key] = Flight()
         if not leading:
+            events.emit("coalesced", key=key)
             if not flight.done.wait(follow_timeout):
                 return on_follow_timeout(follow_timeout or 0.0)
             return flight.result()

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import conf, scripts, watchdog
+from . import conf, events, scripts, watchdog
 from .exceptions import LockLost, LockTimeout
 from .locking import (
     RELEASED,
@@ -174,6 +174,7 @@ class Mutex(MutexBase):
                 return
             self.lost = True
         logger.warning("stampede: lock %r was lost while held", self.name)
+        events.emit("lock_lost", key=self.name)
         if self.on_lost is not None:
             try:
                 self.on_lost(self)

@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import RedisError
 
-from .. import flight, keys
+from .. import events, flight, keys
 from ..conf import FillOptions
 from .mutex import Mutex
 from .notify import Subscription, notifier_for
@@ -55,10 +56,12 @@ class FlightIO:
             self.subscription = await notifier_for(self.store.client).subscribe(channel)
             return None
         if isinstance(step, flight.Wait):
+            started = time.monotonic()
             woken = await self.subscription.wait(step.seconds)
+            events.emit("waited", key=self.full_key, duration=time.monotonic() - started)
             return self.subscription.message if woken else None
         if isinstance(step, flight.Load):
-            return await call_loader(self.loader)
+            return await self._load(step)
         if isinstance(step, flight.Store):
             return await self.store.write(
                 self.full_key, self.key, self.version, step.record, step.ttl, self.mutex
@@ -69,11 +72,28 @@ class FlightIO:
             return None
         if isinstance(step, flight.Serve):
             self.serve(step.value)
+            events.emit("stale_served", key=self.full_key)
+            return None
+        if isinstance(step, flight.Note):
+            events.emit(step.event, key=self.full_key, duration=step.duration)
             return None
         if isinstance(step, flight.Background):
             self._hand_over(step.refresh)
             return None
         raise TypeError(f"unknown protocol step {step!r}")
+
+    async def _load(self, step: flight.Load) -> Any:
+        events.emit("load_started", key=self.full_key, locked=step.locked)
+        started = time.monotonic()
+        error: BaseException | None = None
+        try:
+            return await call_loader(self.loader)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            duration = time.monotonic() - started
+            events.emit("load_finished", key=self.full_key, duration=duration, error=error)
 
     def _hand_over(self, refresh: flight.Protocol) -> None:
         """Give the held lock to a background task that runs ``refresh``."""
@@ -126,6 +146,7 @@ async def drive(protocol: flight.Protocol, io: FlightIO) -> Any:
             except Exception as exc:
                 error = flight.thrown_back(step, exc)
                 if isinstance(error, flight.RedisUnavailable):
+                    events.emit("redis_error", key=io.full_key, error=exc)
                     logger.warning(
                         "stampede: Redis failed during %s of %r: %s",
                         type(step).__name__,

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
 
+from .. import events
 from .loops import loop_state
 
 
@@ -25,6 +26,7 @@ class FlightGroup:
         """Async twin of :meth:`stampede.local.FlightGroup.run`."""
         flight = self._flights.get(key)
         if flight is not None:
+            events.emit("coalesced", key=key)
             try:
                 # shield: a follower that gives up must not cancel the leader's flight
                 return await asyncio.wait_for(asyncio.shield(flight), follow_timeout)

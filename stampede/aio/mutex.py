@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from .. import conf, scripts
+from .. import conf, events, scripts
 from ..exceptions import LockLost, LockTimeout
 from ..locking import (
     RELEASED,
@@ -128,6 +128,7 @@ class Mutex(MutexBase):
             return
         self.lost = True
         logger.warning("stampede: lock %r was lost while held", self.name)
+        events.emit("lock_lost", key=self.name)
         if self.on_lost is not None:
             try:
                 self.on_lost(self)

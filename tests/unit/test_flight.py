@@ -31,6 +31,7 @@ from stampede.flight import (
     Clock,
     Load,
     LockAttempt,
+    Note,
     Read,
     RedisUnavailable,
     Release,
@@ -80,6 +81,7 @@ class Step:
 @dataclass
 class Run:
     steps: list[Any] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)  # herd events reported on the way
     returned: Any = MISSING
     raised: BaseException | None = None
 
@@ -92,6 +94,9 @@ def drive(protocol, script: list[Step], clock: FakeClock) -> Run:
     for expected in [*script, None]:
         try:
             step = protocol.throw(error) if error is not None else protocol.send(outcome)
+            while isinstance(step, Note):  # reports only: answered here, not scripted
+                run.notes.append(step)
+                step = protocol.send(None)
         except StopIteration as stop:
             run.returned = stop.value
             assert expected is None, f"returned early; still expected {expected.expect!r}"
@@ -590,3 +595,26 @@ E_1 = math.exp(-1)  # ln(E_1) == -1.0 exactly, so gap = load_seconds * beta
 )
 def test_xfetch_early_refresh_boundaries(envelope, now, beta, random, wanted):
     assert envelope.wants_early_refresh(now, beta, random) is wanted
+
+
+def test_serving_a_stale_value_and_running_out_of_wait_time_are_reported():
+    clock = FakeClock()
+    options = FillOptions(grace=30)
+    lost_refresh = [
+        Step(Read(), send=stale()),
+        Step(TryLock(), send=LockAttempt(False, 1.0)),
+    ]
+    run = drive(fill("key", 60, options, clock.clock), lost_refresh, clock)
+    assert run.returned == "old"
+    assert [note.event for note in run.notes] == ["stale_served"]
+
+    clock = FakeClock()
+    options = FillOptions(wait_timeout=1.0, on_timeout="raise")
+    timed_out = [
+        Step(Read(), send=MISSING),
+        Step(Subscribe()),
+        Step(TryLock(), send=LockAttempt(False, 30.0), advance=1.5),
+    ]
+    run = drive(fill("key", 60, options, clock.clock), timed_out, clock)
+    assert isinstance(run.raised, WaitTimeout)
+    assert [(note.event, note.duration) for note in run.notes] == [("wait_timeout", 1.5)]
