@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .envelope import DontCache
 from .exceptions import LoaderError, LockLost, LockTimeout, StampedeError, WaitTimeout
 from .guards import Guard, guard
 from .mutex import Mutex
@@ -15,6 +16,7 @@ from .mutex import Mutex
 __version__ = "0.1.0"
 
 __all__ = [
+    "DontCache",
     "Guard",
     "LoaderError",
     "LockLost",
@@ -23,11 +25,16 @@ __all__ = [
     "StampedeError",
     "WaitTimeout",
     "__version__",
+    "cached",
     "guard",
+    "single_flight",
 ]
 
 # Public names living in modules that import Django; resolved on first attribute access.
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    "cached": ".decorators",
+    "single_flight": ".decorators",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -29,7 +29,7 @@ from . import signals as _signals  # noqa: F401  (herd events become Django sign
 from .aio import fill as aio_fill
 from .aio import local as aio_local
 from .aio import stores as aio_stores
-from .envelope import INVALIDATED, MISSING, Failure
+from .envelope import INVALIDATED, MISSING, DontCache, Failure, unwrap_private
 from .exceptions import WaitTimeout
 from .flight import value_of
 from .mutex import Mutex
@@ -138,8 +138,11 @@ class StampedeCache(BaseCache):
         """
         fill_options, timeout, full_key = self._prepare(key, loader, timeout, version, options)
         store = self._store
+        led = False
 
         def lead(serve: Callable[[Any], None]) -> Any:
+            nonlocal led
+            led = True
             return fill.get_or_load(
                 store, full_key, key, version, loader, timeout, fill_options, serve
             )
@@ -150,7 +153,10 @@ class StampedeCache(BaseCache):
             raise WaitTimeout(full_key, waited)
 
         flights = local.group(self._location)
-        return flights.run(full_key, lead, fill_options.wait_timeout, on_follow_timeout)
+        value = flights.run(full_key, lead, fill_options.wait_timeout, on_follow_timeout)
+        if isinstance(value, DontCache) and not led:
+            value = loader()  # the leader's result was its own (see DontCache): load ours
+        return unwrap_private(value)
 
     async def aget_or_set(
         self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
@@ -178,7 +184,11 @@ class StampedeCache(BaseCache):
             call = functools.partial(self.get_or_load, key, loader, timeout, version, **options)
             return await sync_to_async(call, thread_sensitive=False)()
 
+        led = False
+
         async def lead(serve: Callable[[Any], None]) -> Any:
+            nonlocal led
+            led = True
             return await aio_fill.get_or_load(
                 store, full_key, key, version, loader, timeout, fill_options, serve
             )
@@ -189,7 +199,10 @@ class StampedeCache(BaseCache):
             raise WaitTimeout(full_key, waited)
 
         flights = aio_local.group(self._location)
-        return await flights.run(full_key, lead, fill_options.wait_timeout, on_follow_timeout)
+        value = await flights.run(full_key, lead, fill_options.wait_timeout, on_follow_timeout)
+        if isinstance(value, DontCache) and not led:
+            value = await aio_fill.call_loader(loader)
+        return unwrap_private(value)
 
     def _prepare(
         self, key: Any, loader: Any, timeout: Any, version: Any, options: dict[str, Any]

@@ -72,6 +72,28 @@ class Envelope:
         return now + gap >= self.soft_expires_at
 
 
+class DontCache:
+    """Return ``DontCache(value)`` from a loader to hand ``value`` to this caller only.
+
+    Nothing is stored, and nobody else receives it: callers that waited for this load run
+    their own loader instead (concurrently, not one after another). For results that must not
+    be shared: a page that sets a cookie, a partial result, a per-user answer.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"DontCache({self.value!r})"
+
+
+def unwrap_private(value: Any) -> Any:
+    """Return the value a loader meant for its own caller (see ``DontCache``)."""
+    return value.value if isinstance(value, DontCache) else value
+
+
 class Failure:
     """A loader's exception, stored or published so that waiters raise it instead of retrying.
 
@@ -106,6 +128,8 @@ class Failure:
 
 FILLED = b"filled"
 INVALIDATED = b"invalidated"
+#: The holder's result was ``DontCache``: every waiter loads for itself.
+NOT_SHARED = b"not-shared"
 _FAILED_PREFIX = b"failed:"
 
 

@@ -32,7 +32,16 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from .conf import FillOptions
-from .envelope import FILLED, MISSING, Envelope, Failure, failure_from_message, failure_message
+from .envelope import (
+    FILLED,
+    MISSING,
+    NOT_SHARED,
+    DontCache,
+    Envelope,
+    Failure,
+    failure_from_message,
+    failure_message,
+)
 from .exceptions import WaitTimeout
 
 # -- steps the driver performs, and what it sends back ------------------------------------------
@@ -260,6 +269,8 @@ def _fill_missing(key: Any, timeout: float | None, options: FillOptions, clock: 
         failure = failure_from_message(message)
         if failure is not None:
             failure.raise_()
+        if message == NOT_SHARED:
+            return (yield Load(locked=False))  # the holder's result was its own: load ours
         record = yield Read(primary=True)
         verdict = judge(record, clock.wall(), options, 1.0)
         if verdict == FAILED:
@@ -291,6 +302,9 @@ def refresh(timeout: float | None, options: FillOptions, clock: Clock) -> Protoc
         yield from _share_failure(exc, options)
         raise
     load_seconds = clock.monotonic() - started
+    if isinstance(value, DontCache):
+        yield Release(NOT_SHARED)
+        return value
     soft, hard = expiries(timeout, value, options, clock.random())
     if hard is not None and hard <= 0:
         yield Release(FILLED)  # timeout=0: Django's "do not cache"
