@@ -1,0 +1,105 @@
+"""``stampede.signals``: herd events reach Django receivers with their payloads."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+
+import pytest
+
+from stampede import events, signals
+
+
+@pytest.fixture
+def received():
+    seen = defaultdict(list)
+    receivers = {}
+    for name, signal in signals.SIGNALS.items():
+
+        def receiver(sender, _name=name, **payload):
+            seen[_name].append((sender, payload))
+
+        receivers[name] = receiver
+        signal.connect(receiver, weak=False)
+    yield seen
+    for name, signal in signals.SIGNALS.items():
+        signal.disconnect(receivers[name])
+
+
+def _stampede(cache, key, loader, callers=20):
+    barrier = threading.Barrier(callers)
+    results = []
+
+    def call():
+        barrier.wait()
+        results.append(cache.get_or_load(key, loader, timeout=60))
+
+    threads = [threading.Thread(target=call) for _ in range(callers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def test_a_cold_stampede_sends_one_load_and_coalesces_the_rest(make_cache, received):
+    cache = make_cache()
+
+    def loader():
+        time.sleep(0.2)
+        return "v"
+
+    assert _stampede(cache, "signals-cold", loader) == ["v"] * 20
+    assert len(received["load_started"]) == 1
+    ((sender, finished),) = received["load_finished"]
+    assert sender == "stampede"
+    assert finished["error"] is None
+    assert finished["duration"] >= 0.2
+    assert finished["key"].endswith("signals-cold")
+    assert len(received["coalesced"]) == 19  # one process: everyone else joins the flight
+
+
+def test_a_failed_load_reports_its_error(make_cache, received):
+    cache = make_cache()
+
+    def loader():
+        raise ValueError("db down")
+
+    with pytest.raises(ValueError):
+        cache.get_or_load("signals-error", loader)
+    ((_, finished),) = received["load_finished"]
+    assert isinstance(finished["error"], ValueError)
+
+
+def test_a_waiter_in_another_flight_reports_its_wait(make_cache, received, redis):
+    cache = make_cache()
+    holder = cache.lock("signals-wait", ttl=30)
+    assert holder.acquire()
+    threading.Timer(0.3, lambda: holder.release()).start()
+
+    assert cache.get_or_load("signals-wait", lambda: "mine", timeout=60) == "mine"
+    waits = [payload["duration"] for _, payload in received["waited"]]
+    assert waits and max(waits) > 0.2  # parked until the holder released, ~0.3 s later
+
+
+def test_serving_a_stale_value_is_reported(make_cache, received):
+    cache = make_cache(GRACE=30)
+    cache.get_or_load("signals-stale", lambda: "old", timeout=0.1)
+    time.sleep(0.15)
+    holder = cache.lock("signals-stale", ttl=30)  # someone else is refreshing
+    assert holder.acquire()
+    try:
+        assert cache.get_or_load("signals-stale", lambda: "new", timeout=0.1) == "old"
+    finally:
+        holder.release()
+    assert len(received["stale_served"]) == 1
+
+
+def test_counts_of_this_process_include_every_event(make_cache):
+    events.reset_counts()
+    cache = make_cache()
+    cache.get_or_load("signals-counts", lambda: 1)
+    cache.get_or_load("signals-counts", lambda: 1)
+    assert events.counts()["load_started"] == 1
+    assert events.counts()["load_finished"] == 1
