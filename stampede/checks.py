@@ -216,7 +216,7 @@ def _construction_error(alias: str, entry: dict[str, Any]) -> Error | None:
     location = params.pop("LOCATION", "")
     try:
         backend_class(location, params)
-    except (ImproperlyConfigured, TypeError, ValueError) as exc:
+    except (ImproperlyConfigured, ImportError, TypeError, ValueError) as exc:
         return Error(
             f"CACHES[{alias!r}] is refused by {backend_class.__name__}: {exc}",
             hint="Change the setting the message names.",

@@ -1,0 +1,352 @@
+"""The Prometheus exporter, fed by real stampedes through ``StampedeCache`` on the real Redis.
+
+Each test installs the exporter into a fresh ``CollectorRegistry``. Loader calls are counted
+independently in Redis (INCR) and compared with the exporter's numbers. Two StampedeCaches over
+two aliases of one Redis have separate in-process coalescing groups, so within this process one
+waits for the other's fill through Redis, as another process would.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.core.cache import caches
+from django.core.exceptions import ImproperlyConfigured
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from stampede import events, metrics
+from tests.django import workers
+
+COUNTER = "loader-calls"
+COUNTERS = {
+    "coalesced": "stampede_coalesced_total",
+    "waited": "stampede_waiters_total",
+    "stale_served": "stampede_stale_served_total",
+    "wait_timeout": "stampede_wait_timeouts_total",
+    "lock_lost": "stampede_lock_lost_total",
+    "redis_error": "stampede_redis_errors_total",
+}
+
+
+def two_caches(redis_url: str, **other_options: Any) -> dict[str, Any]:
+    """Return CACHES: ``default`` and ``other``, StampedeCaches over two aliases of one Redis."""
+    setting = workers.caches_config(redis_url)
+    setting["backing2"] = dict(setting["backing"])
+    setting["other"] = {
+        "BACKEND": "stampede.backends.StampedeCache",
+        "LOCATION": "backing2",
+        "OPTIONS": other_options,
+    }
+    return setting
+
+
+@pytest.fixture
+def registry() -> Iterator[CollectorRegistry]:
+    registry = CollectorRegistry()
+    yield registry
+    metrics.uninstall(registry)
+
+
+def value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    return registry.get_sample_value(name, labels) or 0.0
+
+
+def loader_calls_by_key(registry: CollectorRegistry) -> dict[str, float]:
+    [family] = [f for f in registry.collect() if f.name == "stampede_loader_calls"]
+    return {s.labels["key"]: s.value for s in family.samples if s.name.endswith("_total")}
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    """Return once ``predicate()`` holds (the test polls; the library must not)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting until {what}")
+        time.sleep(0.01)
+
+
+def evalsha_calls(redis) -> int:
+    """Return how many EVALSHA calls Redis ran: one per lock attempt before any fill ends."""
+    stats = redis.info("commandstats").get("cmdstat_evalsha", {})
+    return int(stats.get("calls", 0))
+
+
+def run_together(calls: list[Callable[[], Any]]) -> list[tuple[Any, ...]]:
+    """Return the outcome of every call, each in its own thread, released by one barrier."""
+    barrier = threading.Barrier(len(calls))
+    outcomes: list[tuple[Any, ...]] = []
+
+    def caller(call: Callable[[], Any]) -> None:
+        barrier.wait()
+        outcomes.append(workers.outcome(call))
+
+    threads = [threading.Thread(target=caller, args=(call,)) for call in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(outcomes) == len(calls), "a caller hung"
+    return outcomes
+
+
+class Coalesced:
+    """Counts ``coalesced`` events per key, independently of the exporter."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[Any, int] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, event: str, **payload: Any) -> None:
+        if event == "coalesced":
+            with self._lock:
+                self.by_key[payload["key"]] = self.by_key.get(payload["key"], 0) + 1
+
+
+@pytest.fixture
+def coalesced() -> Iterator[Coalesced]:
+    listener = events.listen(Coalesced())
+    yield listener
+    events.unlisten(listener)
+
+
+# -- a cold stampede ---------------------------------------------------------------------------
+
+
+def test_cold_stampede_exports_exactly_the_loader_calls_counted_in_redis(
+    settings, redis, redis_url, registry, coalesced
+):
+    """3 cold keys x 2 caches x 8 threads: one load per key, cluster-wide.
+
+    Each loader holds until the 14 followers of both caches have joined their flights and both
+    caches' leaders of every key have tried the lock (one EVALSHA each: 6), so the losing
+    leader waits in Redis and every caller is part of the stampede.
+    """
+    settings.CACHES = two_caches(redis_url)
+    exporter = metrics.install(registry)
+    keys, threads_per_cache = ["k0", "k1", "k2"], 8
+    attempts_before = evalsha_calls(redis)
+
+    def loader_of(key: str) -> Callable[[], str]:
+        full_key = f":1:{key}"
+
+        def load() -> str:
+            redis.incr(COUNTER)
+            wait_until(
+                lambda: (
+                    coalesced.by_key.get(full_key, 0) == 2 * (threads_per_cache - 1)
+                    and evalsha_calls(redis) - attempts_before >= 2 * len(keys)
+                ),
+                "every caller joined",
+            )
+            return f"value of {key}"
+
+        return load
+
+    calls = [
+        (lambda alias=alias, key=key: caches[alias].get_or_set(key, loader_of(key), 60))
+        for key in keys
+        for alias in ("default", "other")
+        for _ in range(threads_per_cache)
+    ]
+    outcomes = run_together(calls)
+
+    assert sorted(outcomes) == [
+        ("value", f"value of {key}") for key in keys for _ in range(2 * threads_per_cache)
+    ]
+    assert int(redis.get(COUNTER)) == 3
+    assert loader_calls_by_key(registry) == {":1:k0": 1.0, ":1:k1": 1.0, ":1:k2": 1.0}
+    assert value(registry, "stampede_load_seconds_count") == 3
+    assert value(registry, "stampede_loader_errors_total") == 0
+    assert value(registry, "stampede_coalesced_total") == 3 * 2 * (threads_per_cache - 1)
+    assert value(registry, "stampede_waiters_total") == 3
+    assert value(registry, "stampede_wait_seconds_count") == 3
+    for name in COUNTERS.values():
+        if name not in ("stampede_coalesced_total", "stampede_waiters_total"):
+            assert value(registry, name) == 0, name
+    assert exporter is metrics.install(registry)
+
+
+def test_key_label_maps_keys_to_groups(settings, redis, redis_url, registry):
+    settings.CACHES = workers.caches_config(redis_url)
+    metrics.install(registry, key_label=lambda key: key.rsplit(":", 1)[0])
+    cache = caches["default"]
+    for report in range(5):
+        cache.get_or_set(f"report:{report}", lambda: redis.incr(COUNTER), 60)
+    assert int(redis.get(COUNTER)) == 5
+    assert loader_calls_by_key(registry) == {":1:report": 5.0}
+
+
+# -- the other events --------------------------------------------------------------------------
+
+
+def test_a_wait_past_wait_timeout_is_exported_and_its_load_counted(
+    settings, redis, redis_url, registry
+):
+    settings.CACHES = two_caches(redis_url, WAIT_TIMEOUT=0.2, ON_TIMEOUT="load")
+    metrics.install(registry)
+    started, proceed = threading.Event(), threading.Event()
+    holder_loader = workers.counted_loader(redis_url, COUNTER, "first", 0, started, proceed)
+    holder = threading.Thread(target=lambda: caches["default"].get_or_set("k", holder_loader))
+    holder.start()
+    try:
+        assert started.wait(30)
+        impatient = caches["other"].get_or_set("k", workers.counted_loader(redis_url, COUNTER, "2"))
+    finally:
+        proceed.set()
+        holder.join(60)
+    assert impatient == "2"
+    assert int(redis.get(COUNTER)) == 2
+    assert sum(loader_calls_by_key(registry).values()) == 2
+    assert value(registry, "stampede_wait_timeouts_total") == 1
+    assert value(registry, "stampede_waiters_total") == 1
+
+
+def test_a_holder_that_lost_its_lock_is_exported(settings, redis, redis_url, registry):
+    settings.CACHES = workers.caches_config(redis_url)
+    metrics.install(registry)
+    started, proceed = threading.Event(), threading.Event()
+    loader = workers.counted_loader(redis_url, COUNTER, "lost", 0, started, proceed)
+    holder = threading.Thread(target=lambda: caches["default"].get_or_set("k", loader, 60))
+    holder.start()
+    assert started.wait(30)
+    redis.delete("{:1:k}:lock")  # as an operator's `stampede locks --clear k` would
+    proceed.set()
+    holder.join(60)
+    assert value(registry, "stampede_lock_lost_total") == 1
+    assert caches["default"].get("k") is None  # the write belonged to the lost lock
+
+
+def test_a_loader_that_raises_is_exported_as_an_error(settings, redis, redis_url, registry):
+    settings.CACHES = workers.caches_config(redis_url)
+    metrics.install(registry)
+
+    def failing() -> None:
+        redis.incr(COUNTER)
+        raise LookupError("database down")
+
+    with pytest.raises(LookupError):
+        caches["default"].get_or_set("k", failing, 60)
+    assert int(redis.get(COUNTER)) == 1
+    assert value(registry, "stampede_loader_errors_total") == 1
+    assert value(registry, "stampede_load_seconds_count") == 1
+
+
+def test_a_stale_value_served_while_refreshing_is_exported(settings, redis, redis_url, registry):
+    settings.CACHES = workers.caches_config(redis_url, GRACE=60, BACKGROUND=True)
+    metrics.install(registry)
+    cache = caches["default"]
+    assert cache.get_or_set("k", lambda: redis.incr(COUNTER), 0.05) == 1
+    time.sleep(0.1)  # past the soft expiry (0.05 s), well within the grace
+    assert cache.get_or_set("k", lambda: redis.incr(COUNTER), 0.05) == 1  # stale, at once
+    wait_until(lambda: value(registry, "stampede_load_seconds_count") == 2, "the refresh ran")
+    assert int(redis.get(COUNTER)) == 2
+    assert sum(loader_calls_by_key(registry).values()) == 2
+    assert value(registry, "stampede_stale_served_total") == 1
+
+
+def test_a_redis_outage_is_exported_as_a_redis_error(settings, redis, redis_url, registry):
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings.CACHES = workers.caches_config(f"redis://127.0.0.1:{port}/0")
+    metrics.install(registry)
+    assert caches["default"].get_or_set("k", lambda: redis.incr(COUNTER), 60) == 1
+    assert value(registry, "stampede_redis_errors_total") == 1
+    assert sum(loader_calls_by_key(registry).values()) == 1
+
+
+def test_every_counter_equals_the_processes_event_count(settings, redis, redis_url, registry):
+    settings.CACHES = two_caches(redis_url, WAIT_TIMEOUT=0.2)
+    before = events.counts()
+    metrics.install(registry)
+    started, proceed = threading.Event(), threading.Event()
+    loader = workers.counted_loader(redis_url, COUNTER, "v", 0, started, proceed)
+    holder = threading.Thread(target=lambda: caches["default"].get_or_set("k", loader, 60))
+    holder.start()
+    assert started.wait(30)
+    run_together([lambda: caches["other"].get_or_set("k", lambda: "own", 60)] * 4)
+    proceed.set()
+    holder.join(60)
+    delta = {event: count - before[event] for event, count in events.counts().items()}
+    for event, name in COUNTERS.items():
+        assert value(registry, name) == delta[event], name
+    assert sum(loader_calls_by_key(registry).values()) == delta["load_started"]
+    assert value(registry, "stampede_load_seconds_count") == delta["load_finished"]
+
+
+# -- install -----------------------------------------------------------------------------------
+
+
+def test_install_twice_into_one_registry_returns_the_same_exporter(registry):
+    first = metrics.install(registry)
+    assert metrics.install(registry) is first
+    names = [family.name for family in registry.collect()]
+    assert names.count("stampede_loader_calls") == 1
+
+
+def test_install_with_another_key_label_is_refused(registry):
+    metrics.install(registry)
+    with pytest.raises(ValueError, match="uninstall"):
+        metrics.install(registry, key_label=str)
+
+
+def test_uninstall_stops_counting_and_frees_the_names(settings, redis, redis_url, registry):
+    settings.CACHES = workers.caches_config(redis_url)
+    metrics.install(registry)
+    assert metrics.uninstall(registry) is True
+    assert metrics.uninstall(registry) is False
+    assert not [f for f in registry.collect() if f.name.startswith("stampede_")]
+    caches["default"].get_or_set("k", lambda: 1, 60)
+    fresh = metrics.install(registry)
+    assert sum(loader_calls_by_key(registry).values()) == 0
+    assert fresh.registry is registry
+
+
+def key_group(key: Any) -> str:
+    return "all"
+
+
+@pytest.fixture
+def default_registry_cleanup() -> Iterator[None]:
+    yield
+    metrics.uninstall()
+
+
+def test_the_prometheus_setting_installs_into_the_default_registry(
+    settings, default_registry_cleanup
+):
+    settings.STAMPEDE = {
+        "PROMETHEUS": True,
+        "PROMETHEUS_KEY_LABEL": "tests.django.test_metrics.key_group",
+    }
+    settings.INSTALLED_APPS = ["stampede"]
+    exporter = metrics.install(key_label=key_group)  # already there: the same one
+    assert exporter.registry is REGISTRY
+    assert exporter.key_label is key_group
+    assert "stampede_loader_calls" in {family.name for family in REGISTRY.collect()}
+
+
+def test_without_the_setting_nothing_is_installed(settings):
+    settings.INSTALLED_APPS = ["stampede"]
+    assert metrics.uninstall() is False
+
+
+@pytest.mark.parametrize(
+    ("stampede_setting", "message"),
+    [
+        ({"PROMETHEUS": "yes"}, r"STAMPEDE\['PROMETHEUS'\] must be True or False; got 'yes'"),
+        (
+            {"PROMETHEUS": True, "PROMETHEUS_KEY_LABEL": "no.such.function"},
+            r"PROMETHEUS_KEY_LABEL'\] must be the dotted path of a callable",
+        ),
+    ],
+)
+def test_a_bad_prometheus_setting_fails_at_start_up(settings, stampede_setting, message):
+    settings.STAMPEDE = stampede_setting
+    with pytest.raises(ImproperlyConfigured, match=message):
+        settings.INSTALLED_APPS = ["stampede"]
