@@ -55,15 +55,6 @@ from .taskguard import (
     run_signature,
 )
 
-__all__ = [
-    "SKIPPED",
-    "AlreadyQueued",
-    "AlreadyRunning",
-    "SingleFlightOptions",
-    "SingleFlightTask",
-    "was_skipped",
-]
-
 logger = logging.getLogger(__name__)
 
 # A redelivered message waits this much past the dead holder's TTL before it gives up.

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import time
 from collections.abc import Callable
 from contextlib import ContextDecorator
 from typing import Any, TypeVar
@@ -28,8 +27,8 @@ from typing import Any, TypeVar
 from redis.exceptions import RedisError
 
 from . import conf, keys, scripts, watchdog
-from .exceptions import LockLost, LockTimeout
 from .keys import holder_key, queued_key
+from .locking import HoldContext
 from .mutex import Mutex
 from .stores import shared_client
 
@@ -69,7 +68,7 @@ def client_for_url(url: str) -> Any:
     return shared_client(("url", url), lambda: redis.Redis.from_url(url))
 
 
-class Guard(ContextDecorator):
+class Guard(HoldContext, ContextDecorator):
     """A self-renewing lock on ``name``: one holder at a time across every process and machine.
 
     Use it as a context manager (``with Guard(...) as held:``) or as a decorator (each call
@@ -228,17 +227,6 @@ class Guard(ContextDecorator):
         return released
 
     # -- context manager and decorator ------------------------------------------------------
-
-    def __enter__(self) -> Guard:
-        started = time.monotonic()
-        if not self.acquire(timeout=self.timeout):
-            raise LockTimeout(self.name, time.monotonic() - started)
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        released = self.release()
-        if not released and exc_type is None:
-            raise LockLost(self.name)
 
     def _recreate_cm(self) -> Guard:
         # A Guard is one holder: every call of a decorated function needs its own.

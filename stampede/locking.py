@@ -11,11 +11,34 @@ from collections.abc import Callable
 from typing import Any
 
 from . import conf, keys
+from .exceptions import LockLost, LockTimeout
 
 #: Payload published by a plain release; the fill protocol publishes its own outcome instead.
 RELEASED = b"released"
 # Wake up a little after the holder's TTL ends rather than a little before it.
 _EXPIRY_MARGIN = 0.002
+
+
+class HoldContext:
+    """``with holder:`` for lock holders (``acquire(timeout=)``, ``release()``, ``timeout``).
+
+    Entering waits up to ``timeout`` and raises ``LockTimeout``; leaving raises ``LockLost``
+    when the lock was lost while the block ran (and the block itself raised nothing).
+    """
+
+    name: Any
+    timeout: float | None
+
+    def __enter__(self) -> Any:
+        started = time.monotonic()
+        if not self.acquire(timeout=self.timeout):  # type: ignore[attr-defined]
+            raise LockTimeout(self.name, time.monotonic() - started)
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        released = self.release()  # type: ignore[attr-defined]
+        if not released and exc_type is None:
+            raise LockLost(self.name)
 
 
 class MutexBase:

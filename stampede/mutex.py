@@ -21,15 +21,14 @@ import logging
 import os
 import secrets
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from . import conf, events, scripts, watchdog
-from .exceptions import LockLost, LockTimeout
 from .locking import (
     RELEASED,
+    HoldContext,
     MutexBase,
     attempt_result,
     deadline_after,
@@ -42,7 +41,7 @@ from .notify import connection_pool_of, notifier_for
 logger = logging.getLogger(__name__)
 
 
-class Mutex(MutexBase):
+class Mutex(HoldContext, MutexBase):
     """A lock on ``name`` shared by every thread, process and machine using the same Redis.
 
     One ``Mutex`` object is one would-be holder: create one per thread or task (it is cheap);
@@ -217,19 +216,6 @@ class Mutex(MutexBase):
         if not released:
             self._report_lost()
         return released
-
-    # -- context manager --------------------------------------------------------------------
-
-    def __enter__(self) -> Mutex:
-        started = time.monotonic()
-        if not self.acquire(timeout=self.timeout):
-            raise LockTimeout(self.name, time.monotonic() - started)
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        released = self.release()
-        if not released and exc_type is None:
-            raise LockLost(self.name)
 
 
 # -- the local queue: one contender per lock name per process ----------------------------------
