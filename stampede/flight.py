@@ -23,6 +23,7 @@ The protocol for one key (after in-process coalescing, see ``local.py``)::
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Callable, Generator
@@ -256,7 +257,7 @@ def _fill_missing(key: Any, timeout: float | None, options: FillOptions, clock: 
             # and our attempt; loading again would be the very stampede we prevent.
             record = yield Read(primary=True)
             if judge(record, clock.wall(), options, 1.0) in (FRESH, EARLY):
-                yield Release(FILLED)
+                yield from _release(FILLED)
                 return value_of(record)
             return (yield from refresh(timeout, options, clock))
         remaining = options.wait_timeout - (clock.monotonic() - started)
@@ -302,19 +303,18 @@ def refresh(timeout: float | None, options: FillOptions, clock: Clock) -> Protoc
         yield from _share_failure(exc, options)
         raise
     load_seconds = clock.monotonic() - started
-    if isinstance(value, DontCache):
-        yield Release(NOT_SHARED)
-        return value
     soft, hard = expiries(timeout, value, options, clock.random())
-    if hard is not None and hard <= 0:
-        yield Release(FILLED)  # timeout=0: Django's "do not cache"
+    if isinstance(value, DontCache) or (hard is not None and hard <= 0):
+        # Nothing is stored (the loader's private result, or Django's timeout=0 "do not
+        # cache"): waiters in other processes load their own, at once and side by side.
+        yield from _release(NOT_SHARED)
         return value
     soft_expires_at = None if soft is None else clock.wall() + soft
     try:
         yield Store(Envelope(value, soft_expires_at, load_seconds), hard)
-        yield Release(FILLED)
     except RedisUnavailable:
-        pass  # we have the value; the lock expires by its TTL
+        return value  # we have the value; the lock expires by its TTL
+    yield from _release(FILLED)
     return value
 
 
@@ -324,6 +324,13 @@ def _share_failure(exc: BaseException, options: FillOptions) -> Protocol:
     try:
         if options.error_ttl > 0:
             yield Store(failure, options.error_ttl)
-        yield Release(failure_message(failure))
     except RedisUnavailable:
-        pass  # the loader's own exception matters more; the lock expires by its TTL
+        return  # the loader's own exception matters more; the lock expires by its TTL
+    yield from _release(failure_message(failure))
+
+
+def _release(message: bytes) -> Protocol:
+    """Release the held lock with ``message``; if Redis is gone, the lock expires by its TTL."""
+    # The result in hand matters more than the release.
+    with contextlib.suppress(RedisUnavailable):
+        yield Release(message)

@@ -20,6 +20,7 @@ from stampede.envelope import (
     FILLED,
     INVALIDATED,
     MISSING,
+    NOT_SHARED,
     Envelope,
     Failure,
     failure_from_message,
@@ -399,8 +400,8 @@ CASES = {
         options={"early_refresh_beta": 0.0},
         random=1e-9,
     ),
-    "timeout=0 (do not cache) loads and releases without storing": Case(
-        [*MISS_THEN_WON, Step(Load(), send="once"), Step(Release(FILLED))],
+    "timeout=0 (do not cache) loads and releases without storing; waiters load their own": Case(
+        [*MISS_THEN_WON, Step(Load(), send="once"), Step(Release(NOT_SHARED))],
         returns="once",
         timeout=0.0,
     ),
@@ -618,3 +619,14 @@ def test_serving_a_stale_value_and_running_out_of_wait_time_are_reported():
     run = drive(fill("key", 60, options, clock.clock), timed_out, clock)
     assert isinstance(run.raised, WaitTimeout)
     assert [(note.event, note.duration) for note in run.notes] == [("wait_timeout", 1.5)]
+
+
+def test_a_release_that_finds_redis_gone_still_returns_the_value_in_hand():
+    clock = FakeClock()
+    script = [
+        *MISS_THEN_WON[:3],
+        Step(Read(primary=True), send=fresh("filled by the previous holder")),
+        Step(Release(FILLED), throw=RedisUnavailable(redis.exceptions.ConnectionError("gone"))),
+    ]
+    run = drive(fill("key", 60, FillOptions(), clock.clock), script, clock)
+    assert run.returned == "filled by the previous holder"
