@@ -21,6 +21,7 @@ Rule: every request gets its own copy of a cached response (middleware mutates h
 from __future__ import annotations
 
 import hashlib
+import math
 import pickle
 from dataclasses import dataclass
 from typing import Any
@@ -83,13 +84,35 @@ def _response_timeout(response: HttpResponse, policy: PagePolicy) -> float:
     return policy.timeout if max_age is None else max_age
 
 
-def _finish(request: HttpRequest, response: HttpResponse, policy: PagePolicy, cache: Any) -> Any:
-    """Prepare a rendered, cacheable response for storing; return the page key learnt."""
+class _HeaderList:
+    """Stands in for the cache in ``learn_cache_key``, holding back the header list it writes.
+
+    While a URL's headers are being learnt, the page must be stored *before* its header list
+    becomes visible: a request that found the header list but not yet the page would render
+    the page a second time.
+    """
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[Any, Any, Any]] = []
+
+    def set(self, key: Any, value: Any, timeout: Any = None) -> None:
+        self.writes.append((key, value, timeout))
+
+    def publish(self, cache: Any) -> None:
+        for key, value, timeout in self.writes:
+            cache.set(key, value, timeout)
+
+
+def _finish(request: HttpRequest, response: HttpResponse, policy: PagePolicy) -> tuple:
+    """Prepare a cacheable response for storing; return (page key, its held-back header list)."""
     timeout = _response_timeout(response, policy)
-    patch_response_headers(response, timeout)
+    # HTTP counts whole seconds ("max-age=60", not "60.0", which Django itself cannot read).
+    patch_response_headers(response, math.ceil(timeout))
     if hasattr(response, "render") and callable(response.render) and not response.is_rendered:
         response.render()
-    return learn_cache_key(request, response, timeout, policy.key_prefix, cache=cache)
+    header_list = _HeaderList()
+    page_key = learn_cache_key(request, response, timeout, policy.key_prefix, cache=header_list)
+    return page_key, header_list
 
 
 def _known_page_key(request: HttpRequest, policy: PagePolicy, cache: Any) -> str | None:
@@ -135,8 +158,9 @@ def _learn(request: HttpRequest, get_response: Any, policy: PagePolicy, cache: A
         response = ours["response"] = get_response(request)
         if not is_cacheable(request, response):
             return DontCache(_LEARNED)
-        page_key = _finish(request, response, policy, cache)
+        page_key, header_list = _finish(request, response, policy)
         cache.get_or_load(page_key, lambda: response, timeout=policy.timeout, grace=policy.grace)
+        header_list.publish(cache)
         return _LEARNED
 
     cache.get_or_load(_learning_key(request, policy), render_and_learn, timeout=policy.timeout)
@@ -152,7 +176,8 @@ def _serve_page(
         response = ours["response"] = get_response(request)
         if not is_cacheable(request, response):
             return DontCache(None)
-        _finish(request, response, policy, cache)
+        _, header_list = _finish(request, response, policy)
+        header_list.publish(cache)  # the page key is already known: nothing to hold back
         return response
 
     page = cache.get_or_load(page_key, render, timeout=policy.timeout, grace=policy.grace)
@@ -185,10 +210,11 @@ async def _alearn(request: HttpRequest, get_response: Any, policy: PagePolicy, c
         response = ours["response"] = await get_response(request)
         if not is_cacheable(request, response):
             return DontCache(_LEARNED)
-        page_key = await sync_to_async(_finish)(request, response, policy, cache)
+        page_key, header_list = await sync_to_async(_finish)(request, response, policy)
         await cache.aget_or_load(
             page_key, lambda: response, timeout=policy.timeout, grace=policy.grace
         )
+        await sync_to_async(header_list.publish)(cache)
         return _LEARNED
 
     await cache.aget_or_load(
@@ -206,7 +232,8 @@ async def _aserve_page(
         response = ours["response"] = await get_response(request)
         if not is_cacheable(request, response):
             return DontCache(None)
-        await sync_to_async(_finish)(request, response, policy, cache)
+        _, header_list = await sync_to_async(_finish)(request, response, policy)
+        await sync_to_async(header_list.publish)(cache)
         return response
 
     page = await cache.aget_or_load(page_key, render, timeout=policy.timeout, grace=policy.grace)

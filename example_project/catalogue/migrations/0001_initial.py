@@ -1,0 +1,21 @@
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    initial = True
+
+    dependencies = []
+
+    operations = [
+        migrations.CreateModel(
+            name="Product",
+            fields=[
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100)),
+                ("category", models.CharField(db_index=True, max_length=40)),
+                ("price", models.DecimalField(decimal_places=2, max_digits=8)),
+                ("units_sold", models.PositiveIntegerField()),
+            ],
+            options={"ordering": ["name"]},
+        ),
+    ]
