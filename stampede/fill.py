@@ -44,8 +44,15 @@ class FlightIO:
         self.key = key
         self.version = version
         self.loader = loader
-        self.mutex = Mutex(store.client, full_key, ttl=options.lock_ttl, auto_renew=True)
+        self.lock_ttl = options.lock_ttl
+        self._mutex: Mutex | None = None  # made on the first TryLock: a hit never needs one
         self.subscription: Subscription | None = None
+
+    @property
+    def mutex(self) -> Mutex:
+        if self._mutex is None:
+            self._mutex = Mutex(self.store.client, self.full_key, self.lock_ttl, auto_renew=True)
+        return self._mutex
 
     def perform(self, step: Any) -> Any:
         if isinstance(step, flight.Read):
@@ -69,8 +76,8 @@ class FlightIO:
                 self.full_key, self.key, self.version, step.record, step.ttl, self.mutex
             )
         if isinstance(step, flight.Release):
-            if self.mutex.token is not None:
-                self.mutex.release(message=step.message)
+            if self._mutex is not None and self._mutex.token is not None:
+                self._mutex.release(message=step.message)
             return None
         if isinstance(step, flight.Serve):
             self.serve(step.value)
@@ -102,7 +109,7 @@ class FlightIO:
         heir = FlightIO.__new__(FlightIO)
         heir.__dict__.update(self.__dict__)
         heir.subscription = None
-        self.mutex = Mutex(self.store.client, self.full_key, ttl=self.mutex.ttl)
+        self._mutex = None
         threading.Thread(
             target=_refresh_in_background,
             args=(refresh, heir),
@@ -115,7 +122,7 @@ class FlightIO:
         if self.subscription is not None:
             self.subscription.close()
             self.subscription = None
-        if self.mutex.token is not None:
+        if self._mutex is not None and self._mutex.token is not None:
             try:
                 self.mutex.release()
             except RedisError as exc:

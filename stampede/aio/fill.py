@@ -42,8 +42,15 @@ class FlightIO:
         self.key = key
         self.version = version
         self.loader = loader
-        self.mutex = Mutex(store.client, full_key, ttl=options.lock_ttl, auto_renew=True)
+        self.lock_ttl = options.lock_ttl
+        self._mutex: Mutex | None = None  # made on the first TryLock: a hit never needs one
         self.subscription: Subscription | None = None
+
+    @property
+    def mutex(self) -> Mutex:
+        if self._mutex is None:
+            self._mutex = Mutex(self.store.client, self.full_key, self.lock_ttl, auto_renew=True)
+        return self._mutex
 
     async def perform(self, step: Any) -> Any:
         if isinstance(step, flight.Read):
@@ -67,8 +74,8 @@ class FlightIO:
                 self.full_key, self.key, self.version, step.record, step.ttl, self.mutex
             )
         if isinstance(step, flight.Release):
-            if self.mutex.token is not None:
-                await self.mutex.release(message=step.message)
+            if self._mutex is not None and self._mutex.token is not None:
+                await self._mutex.release(message=step.message)
             return None
         if isinstance(step, flight.Serve):
             self.serve(step.value)
@@ -100,7 +107,7 @@ class FlightIO:
         heir = FlightIO.__new__(FlightIO)
         heir.__dict__.update(self.__dict__)
         heir.subscription = None
-        self.mutex = Mutex(self.store.client, self.full_key, ttl=self.mutex.ttl)
+        self._mutex = None
         task = asyncio.get_running_loop().create_task(_refresh_in_background(refresh, heir))
         _background.add(task)
         task.add_done_callback(_background.discard)
@@ -110,7 +117,7 @@ class FlightIO:
         if self.subscription is not None:
             await self.subscription.close()
             self.subscription = None
-        if self.mutex.token is not None:
+        if self._mutex is not None and self._mutex.token is not None:
             try:
                 await self.mutex.release()
             except RedisError as exc:
