@@ -104,10 +104,12 @@ class FillOptions:
 
     def replace(self, **overrides: Any) -> FillOptions:
         """Return a copy with per-call ``overrides`` (validated like the originals)."""
-        unknown = set(overrides) - {f.name for f in fields(self)}
+        if not overrides:
+            return self  # the common case, on every hit: no copy, no field scan
+        unknown = set(overrides) - set(OPTION_NAMES)
         if unknown:
             raise TypeError(f"unknown option(s) {sorted(unknown)}; allowed: {OPTION_NAMES}")
-        return replace(self, **overrides) if overrides else self
+        return replace(self, **overrides)
 
     @classmethod
     def from_settings(cls, options: dict[str, Any]) -> FillOptions:

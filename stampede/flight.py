@@ -240,9 +240,24 @@ def _fill(key: Any, timeout: float | None, options: FillOptions, clock: Clock) -
             yield Background(refresh(timeout, options, clock))
             yield Note("stale_served")
             return value_of(record)
+        # Re-read under the lock: another caller may have refreshed between our read and our
+        # attempt (its release let us in), and refreshing again would double the load.
+        latest = yield Read(primary=True)
+        if _refreshed_since(latest, record):
+            yield from _release(FILLED)
+            return value_of(latest)
         yield Serve(value_of(record))
         return (yield from refresh(timeout, options, clock))
     return (yield from _fill_missing(key, timeout, options, clock))
+
+
+def _refreshed_since(latest: Any, seen: Envelope) -> bool:
+    """Return True if ``latest`` is a newer fill than ``seen`` (a later soft expiry)."""
+    if not isinstance(latest, Envelope):
+        return False
+    if latest.soft_expires_at is None or seen.soft_expires_at is None:
+        return latest.soft_expires_at != seen.soft_expires_at
+    return latest.soft_expires_at > seen.soft_expires_at
 
 
 def _fill_missing(key: Any, timeout: float | None, options: FillOptions, clock: Clock) -> Protocol:

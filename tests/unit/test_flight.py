@@ -349,12 +349,23 @@ CASES = {
         [
             Step(Read(), send=stale("old")),
             Step(TryLock(), send=LockAttempt(True)),
+            Step(Read(primary=True), send=stale("old")),
             Step(Serve("old")),
             Step(Load(), send="new"),
             Step(Store, send=True, check=stored("new", 65.0, NOW + 60, load=0.0)),
             Step(Release(FILLED)),
         ],
         returns="new",
+        options={"grace": 5.0},
+    ),
+    "a stale value refreshed by another just before our lock is not refreshed again": Case(
+        [
+            Step(Read(), send=stale("old")),
+            Step(TryLock(), send=LockAttempt(True)),
+            Step(Read(primary=True), send=fresh("refreshed")),
+            Step(Release(FILLED)),
+        ],
+        returns="refreshed",
         options={"grace": 5.0},
     ),
     "a stale value within grace: a lock loser returns it without waiting": Case(
@@ -375,6 +386,7 @@ CASES = {
         [
             Step(Read(), send=Envelope("hot", NOW + 0.05, 0.1)),
             Step(TryLock(), send=LockAttempt(True)),
+            Step(Read(primary=True), send=Envelope("hot", NOW + 0.05, 0.1)),
             Step(Serve("hot")),
             Step(Load(), send="hotter"),
             Step(Store, send=True),
