@@ -1,0 +1,299 @@
+"""``python -m benchmarks``: run every scenario for every implementation, report, chart.
+
+Exits non-zero when an implementation errors out entirely (not one call in any repetition of
+a scenario returned a value), so that CI or ``tox -e bench`` notices a broken adapter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from . import charts, measure, plan, report, runner, targets
+from .implementations import ADAPTERS
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+QUICK_HELP = "smoke run: 2 x 10 clients, 1.5 s churn, 2 000 hit calls, scale to 50, 1 repetition"
+SCENARIOS_HELP = f"comma-separated, of {', '.join(plan.SCENARIOS)} (default: all)"
+IMPLS_HELP = f"comma-separated, of {', '.join(ADAPTERS)} (default: all)"
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help=QUICK_HELP)
+    parser.add_argument("--scenarios", default=",".join(plan.SCENARIOS), help=SCENARIOS_HELP)
+    parser.add_argument("--impls", default=",".join(ADAPTERS), help=IMPLS_HELP)
+    parser.add_argument("--repeat", type=int, help="repetitions per run (medians are reported)")
+    parser.add_argument("--processes", type=int, help="cold and churn: worker processes")
+    parser.add_argument("--threads", type=int, help="cold and churn: threads per process")
+    parser.add_argument("--load-ms", type=float, help="cold and scale: loader sleep")
+    parser.add_argument("--keys", type=int, help="churn: hot keys")
+    parser.add_argument("--churn-timeout", type=float, help="churn: cache timeout, seconds")
+    parser.add_argument("--churn-seconds", type=float, help="churn: measured duration")
+    parser.add_argument("--churn-load-ms", type=float, help="churn: loader sleep")
+    parser.add_argument("--grace", type=float, help="stampede-grace GRACE (and the others' slack)")
+    parser.add_argument("--hit-calls", type=int, help="hit: calls per kind")
+    parser.add_argument("--scale", help="scale sizes as PxT,PxT,... e.g. 2x5,2x25,4x50,4x200")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results.json, tables.md")
+    parser.add_argument("--charts", type=Path, help="where the PNG charts go (default: --out)")
+    parser.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
+    parser.add_argument("--profile", type=Path, help="cProfile one client per process into DIR")
+    return parser.parse_args(argv)
+
+
+def settings_from(args: argparse.Namespace) -> plan.Settings:
+    values: dict[str, Any] = dict(plan.QUICK) if args.quick else {}
+    direct = (
+        "repeat",
+        "processes",
+        "threads",
+        "keys",
+        "churn_timeout",
+        "churn_seconds",
+        "grace",
+        "hit_calls",
+    )
+    for name in direct:
+        if getattr(args, name) is not None:
+            values[name] = getattr(args, name)
+    if args.load_ms is not None:
+        values["load_s"] = args.load_ms / 1000
+    if args.churn_load_ms is not None:
+        values["churn_load_s"] = args.churn_load_ms / 1000
+    if args.scale:
+        values["scale"] = tuple(
+            tuple(int(n) for n in size.split("x")) for size in args.scale.split(",")
+        )
+    return plan.Settings(**values)
+
+
+def _choose(text: str, allowed: tuple[str, ...] | list[str], what: str) -> list[str]:
+    chosen = [item.strip() for item in text.split(",") if item.strip()]
+    unknown = [item for item in chosen if item not in allowed]
+    if unknown or not chosen:
+        raise SystemExit(f"unknown {what} {unknown}; choose from {', '.join(allowed)}")
+    return chosen
+
+
+def machine(client: Any) -> dict[str, Any]:
+    """Return what the figures were measured on."""
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = {}
+    for dist in (
+        "django",
+        "redis",
+        "hiredis",
+        "django-redis",
+        "python-redis-lock",
+        "dogpile.cache",
+        "cashews",
+    ):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
+    return {
+        "stampede": _source_state(),
+        "nproc": os.cpu_count(),
+        "load_average_at_start": os.getloadavg(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "redis_server": client.info("server")["redis_version"],
+        "packages": versions,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+    }
+
+
+def _source_state() -> str:
+    """Return the commit of the stampede sources measured, "+ local changes" if they differ."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+        changed = subprocess.run(
+            ["git", "status", "--porcelain", "--", "stampede"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return "unknown"
+    return f"{commit or 'unknown'}{' + local changes' if changed else ''}"
+
+
+class Progress:
+    """tqdm when installed, else one line per run."""
+
+    def __init__(self, total: int) -> None:
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            self.bar = None
+        else:
+            self.bar = tqdm(total=total, unit="run", dynamic_ncols=True)
+        self.total, self.done = total, 0
+
+    def step(self, spec: plan.RunSpec) -> None:
+        self.done += 1
+        what = f"{spec.scenario} {spec.processes}x{spec.threads} {spec.impl} rep {spec.rep + 1}"
+        if self.bar is not None:
+            self.bar.set_description(what)
+            self.bar.update(1)
+        else:
+            print(f"[{self.done}/{self.total}] {what}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def run_all(specs: list[plan.RunSpec], client: Any) -> dict[str, dict]:
+    """Run every spec; return results[scenario][size][impl] = {"runs": [metrics, ...]}."""
+    results: dict[str, dict] = {}
+    progress = Progress(len(specs))
+    try:
+        for spec in specs:
+            metrics = measure.summarize(runner.run(spec, client))
+            # Other work on the machine shows here: the 1-minute load average after each run.
+            metrics["load1"] = os.getloadavg()[0]
+            size = f"{spec.processes}x{spec.threads}"
+            entry = results.setdefault(spec.scenario, {}).setdefault(size, {})
+            entry.setdefault(spec.impl, {"runs": []})["runs"].append(metrics)
+            progress.step(spec)
+    finally:
+        progress.close()
+    for sizes in results.values():
+        for impls in sizes.values():
+            for entry in impls.values():
+                entry["row"] = measure.aggregate(entry["runs"])
+    return results
+
+
+def _add_not_run(results: dict, scenarios: list[str], impls: list[str], not_run: dict) -> None:
+    for scenario in scenarios:
+        sizes = results.setdefault(scenario, {})
+        for impls_here in sizes.values() or [sizes.setdefault("-", {})]:
+            ordered = {impl: impls_here.get(impl, {"not_run": not_run.get(impl)}) for impl in impls}
+            impls_here.clear()
+            impls_here.update(ordered)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import redis
+
+    from stampede.testing import RedisServer
+
+    args = parse(argv)
+    settings = settings_from(args)
+    scenarios = _choose(args.scenarios, plan.SCENARIOS, "scenarios")
+    impls = _choose(args.impls, list(ADAPTERS), "implementations")
+    not_run = {name: reason for name in impls if (reason := ADAPTERS[name].unavailable())}
+    runnable = [name for name in impls if name not in not_run]
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    with RedisServer() as server:
+        client = redis.Redis.from_url(server.url)
+        about = machine(client)
+        print(
+            f"Redis {about['redis_server']} at {server.url}; {about['nproc']} x {about['cpu']}; "
+            f"Python {about['python']}; medians of {settings.repeat} repetition(s)"
+        )
+        specs = plan.runs(settings, scenarios, runnable, server.url)
+        if args.profile:
+            specs = [dataclasses.replace(s, profile_dir=str(args.profile)) for s in specs]
+        started = time.monotonic()
+        results = run_all(specs, client)
+    _add_not_run(results, scenarios, impls, not_run)
+    elapsed = time.monotonic() - started
+    return _report(results, scenarios, settings, about, args, elapsed)
+
+
+def _meta(scenario: str, size: str, settings: plan.Settings) -> dict[str, Any]:
+    return {
+        "size": size,
+        "load_ms": (settings.churn_load_s if scenario == "churn" else settings.load_s) * 1000,
+        "keys": settings.keys,
+        "timeout": settings.churn_timeout,
+        "seconds": settings.churn_seconds,
+        "calls": settings.hit_calls,
+    }
+
+
+def _report(results, scenarios, settings, about, args, elapsed) -> int:
+    markdown = []
+    for scenario in scenarios:
+        sizes = results[scenario]
+        size = next(iter(sizes)) if scenario != "scale" else "-"
+        heading = report.title(scenario, _meta(scenario, size, settings))
+        header, body = report.rows(scenario, sizes, settings.grace)
+        print(f"\n{heading}\n{report.text_table(header, body)}")
+        markdown.append(f"### {heading}\n\n{report.markdown_table(header, body)}\n")
+    errors = report.errors_section(results, settings.grace)
+    if errors:
+        print("\nfirst error per implementation:\n  " + "\n  ".join(errors))
+    loads = [
+        run["load1"]
+        for sizes in results.values()
+        for impls in sizes.values()
+        for entry in impls.values()
+        for run in entry.get("runs", [])
+    ]
+    if loads:
+        print(
+            f"\nload average (1 min) after each run: median {statistics.median(loads):.1f}, "
+            f"max {max(loads):.1f} on {os.cpu_count()} cores"
+        )
+    checks = targets.check(results, settings)
+    print("\ntargets for stampede:\n  " + "\n  ".join(targets.render(checks)))
+    document = {
+        "machine": about,
+        "settings": settings.as_dict(),
+        "elapsed_s": round(elapsed, 1),
+        "results": results,
+        "targets": [{"target": t, "measured": m, "met": met} for t, m, met in checks],
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    report.write_json(args.out / "results.json", document)
+    (args.out / "tables.md").write_text("\n".join(markdown))
+    charts_dir = args.charts or args.out
+    written = [] if args.no_charts else charts.write(results, charts_dir, settings.grace)
+    print(
+        f"\nwrote {args.out / 'results.json'}, {args.out / 'tables.md'}"
+        + "".join(f", {p.name}" for p in written)
+        + f" in {elapsed:.0f} s"
+    )
+    broken = sorted(
+        {
+            f"{scenario}/{impl}"
+            for scenario, sizes in results.items()
+            for impls in sizes.values()
+            for impl, entry in impls.items()
+            if entry.get("row", {}).get("all_errored")
+        }
+    )
+    if broken:
+        print(f"\nFAILED: implementations that errored out entirely: {', '.join(broken)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

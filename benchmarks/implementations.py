@@ -1,0 +1,224 @@
+"""One adapter per implementation, each used as its own documentation recommends.
+
+Every adapter has one interface, built once per process: ``get_or_set(key, loader, timeout)``
+(a coroutine function when ``asynchronous`` is True: cashews is an asyncio library, so its
+clients are tasks on one event loop per process, as its users run it). ``loader`` is a
+``workload.KeyLoader``: call it (sync) or await ``loader.acall()`` (async).
+
+Rule: child-side module; imports Django and the libraries lazily, in ``setup()``, so that the
+parent can list what is not installed without importing any of them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from typing import Any
+
+NAIVE_ALIAS = "naive"
+
+
+def configure_django(url: str, grace: float) -> None:
+    """Configure Django in this (spawned) process with one alias per Django-based adapter."""
+    import django
+    from django.conf import settings
+
+    if settings.configured:
+        return
+    settings.configure(
+        USE_TZ=True,
+        CACHES={
+            "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+            NAIVE_ALIAS: {
+                "BACKEND": "django.core.cache.backends.redis.RedisCache",
+                "LOCATION": url,
+            },
+            "stampede": {"BACKEND": "stampede.backends.StampedeCache", "LOCATION": NAIVE_ALIAS},
+            "stampede-grace": {
+                "BACKEND": "stampede.backends.StampedeCache",
+                "LOCATION": NAIVE_ALIAS,
+                "OPTIONS": {"GRACE": grace},
+            },
+            "redis-lock": {
+                "BACKEND": "redis_lock.django_cache.RedisCache",
+                "LOCATION": url,
+                "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
+            },
+        },
+    )
+    django.setup()
+
+
+class Adapter:
+    name = ""
+    label = ""
+    requires: tuple[str, ...] = ()
+    asynchronous = False
+
+    def __init__(self, url: str, grace: float) -> None:
+        self.url = url
+        self.grace = grace
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Return why this adapter cannot run here (a missing package), or None."""
+        missing = [m for m in cls.requires if importlib.util.find_spec(m) is None]
+        if missing:
+            return f"not run: {', '.join(missing)} not installed (pip install -e '.[bench]')"
+        return None
+
+    def setup(self) -> None:
+        """Build the client objects in this process (Django is already configured)."""
+
+
+class _Django(Adapter):
+    """A Django cache backend, looked up per call as ``django.core.cache.cache`` would be."""
+
+    def setup(self) -> None:
+        from django.core.cache import caches
+
+        self._caches = caches
+
+
+class Naive(_Django):
+    """Django's own ``RedisCache.get_or_set``: every caller that misses runs the loader."""
+
+    name, label = "naive", "naive (Django RedisCache)"
+
+    def get_or_set(self, key: str, loader: Any, timeout: float) -> Any:
+        return self._caches[NAIVE_ALIAS].get_or_set(key, loader, timeout)
+
+
+class Stampede(_Django):
+    """``StampedeCache`` wrapping the same ``RedisCache``, default options."""
+
+    name, label = "stampede", "stampede"
+    alias = "stampede"
+
+    def get_or_set(self, key: str, loader: Any, timeout: float) -> Any:
+        return self._caches[self.alias].get_or_set(key, loader, timeout)
+
+
+class StampedeGrace(Stampede):
+    """``StampedeCache`` with ``OPTIONS["GRACE"]``: stale-while-revalidate."""
+
+    name, label = "stampede-grace", "stampede GRACE={grace:g}"
+    alias = "stampede-grace"
+
+
+class RedisLock(_Django):
+    """python-redis-lock's Django backend: ``cache.locked_get_or_set(key, creator, timeout=)``.
+
+    Its README's Django recipe: ``redis_lock.django_cache.RedisCache`` over django-redis's
+    ``DefaultClient``, lock options left at their defaults (no expiry, blocking).
+    """
+
+    name, label = "redis-lock", "python-redis-lock"
+    requires = ("redis_lock", "django_redis")
+
+    def get_or_set(self, key: str, loader: Any, timeout: float) -> Any:
+        return self._caches["redis-lock"].locked_get_or_set(key, loader, timeout=timeout)
+
+
+class Dogpile(Adapter):
+    """dogpile.cache's redis backend with ``distributed_lock=True``, as its docs configure it.
+
+    ``redis_expiration_time`` must be larger than dogpile's own expiration (its docs); it gets
+    the same slack as stampede's GRACE, rounded up to whole seconds (an integer argument).
+    Dogpile always serves the expired value while one caller regenerates.
+    """
+
+    name, label = "dogpile", "dogpile.cache"
+    requires = ("dogpile",)
+
+    def setup(self) -> None:
+        self._regions: dict[float, Any] = {}
+
+    def _region(self, timeout: float) -> Any:
+        region = self._regions.get(timeout)
+        if region is None:
+            from dogpile.cache import make_region
+
+            region = self._regions[timeout] = make_region().configure(
+                "dogpile.cache.redis",
+                arguments={
+                    "url": self.url,
+                    "redis_expiration_time": math.ceil(timeout + self.grace),
+                    "distributed_lock": True,
+                    "thread_local_lock": False,
+                },
+            )
+        return region
+
+    def get_or_set(self, key: str, loader: Any, timeout: float) -> Any:
+        return self._region(timeout).get_or_create(key, loader, expiration_time=timeout)
+
+
+class _Cashews(Adapter):
+    requires = ("cashews",)
+    asynchronous = True
+
+    def setup(self) -> None:
+        from cashews import cache
+
+        cache.setup(self.url)
+        self._cache = cache
+        self._functions: dict[float, Any] = {}
+
+    def _decorate(self, timeout: float) -> Any:
+        raise NotImplementedError
+
+    async def get_or_set(self, key: str, loader: Any, timeout: float) -> Any:
+        function = self._functions.get(timeout)
+        if function is None:
+            function = self._functions[timeout] = self._decorate(timeout)
+        return await function(key, loader)
+
+
+class CashewsLock(_Cashews):
+    """cashews' documented stampede guard: ``@cache(ttl=..., lock=True)``."""
+
+    name, label = "cashews-lock", "cashews lock=True"
+
+    def _decorate(self, timeout: float) -> Any:
+        @self._cache(ttl=timeout, key="{key}", lock=True)
+        async def fetch(key: str, loader: Any) -> Any:
+            return await loader.acall()
+
+        return fetch
+
+
+class CashewsEarly(_Cashews):
+    """cashews' ``@cache.early``: recomputes in the background after ``early_ttl``.
+
+    ``early_ttl`` is the timeout and ``ttl`` adds the same slack as stampede's GRACE, so the
+    early value is served while one caller refreshes.
+    """
+
+    name, label = "cashews-early", "cashews early"
+
+    def _decorate(self, timeout: float) -> Any:
+        @self._cache.early(ttl=timeout + self.grace, early_ttl=timeout, key="{key}")
+        async def fetch(key: str, loader: Any) -> Any:
+            return await loader.acall()
+
+        return fetch
+
+
+ADAPTERS: dict[str, type[Adapter]] = {
+    cls.name: cls
+    for cls in (Naive, Stampede, StampedeGrace, RedisLock, Dogpile, CashewsLock, CashewsEarly)
+}
+
+
+def label(name: str, grace: float) -> str:
+    """Return the display label of adapter ``name``."""
+    return ADAPTERS[name].label.format(grace=grace)
+
+
+def create(name: str, url: str, grace: float) -> Adapter:
+    """Return adapter ``name`` set up in this process (Django configured first)."""
+    configure_django(url, grace)
+    adapter = ADAPTERS[name](url, grace)
+    adapter.setup()
+    return adapter

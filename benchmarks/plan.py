@@ -1,0 +1,132 @@
+"""What one benchmark invocation runs: its settings, and the list of runs in the order they run.
+
+Rule: every implementation runs every scenario in the same invocation, repetitions alternate the
+order (A B C, C B A, ...) so that drift on a shared machine does not favour whoever runs first,
+and each run is a fresh set of spawned processes (no state carried from another run).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass, field, replace
+
+SCENARIOS = ("cold", "churn", "hit", "scale")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Parameters of one invocation; seconds are floats, as everywhere in stampede."""
+
+    repeat: int = 5
+    # cold: P processes x T threads on one cold key, the loader sleeps load_s
+    processes: int = 4
+    threads: int = 50
+    load_s: float = 0.100
+    cold_timeout: float = 60.0
+    # churn: P x T clients loop over `keys` hot keys with a short timeout
+    keys: int = 5
+    churn_timeout: float = 1.0
+    churn_seconds: float = 8.0
+    churn_load_s: float = 0.050
+    grace: float = 1.0  # stampede-grace's GRACE; dogpile and cashews-early get the same slack
+    # hit: one thread, one warm key
+    hit_calls: int = 20_000
+    hit_blocks: int = 20  # calls are timed in blocks, alternating raw RedisCache.get and the impl
+    # scale: (processes, threads) per size of the cold stampede
+    scale: tuple[tuple[int, int], ...] = ((2, 5), (2, 25), (4, 50), (4, 200))
+    deadline_s: float = 30.0  # a caller still running this long after the start is "hung"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+QUICK = {
+    "repeat": 1,
+    "processes": 2,
+    "threads": 10,
+    "churn_seconds": 1.5,
+    "hit_calls": 2_000,
+    "hit_blocks": 4,
+    "scale": ((2, 5), (2, 25)),
+    "deadline_s": 15.0,
+}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: one implementation, one scenario, one size, one repetition."""
+
+    scenario: str
+    impl: str
+    rep: int
+    url: str
+    processes: int
+    threads: int
+    load_s: float
+    timeout: float
+    grace: float
+    deadline_s: float
+    keys: int = 1
+    settle_s: float = 0.0  # churn: unmeasured lead-in (first fill), stats reset at its end
+    seconds: float = 0.0  # churn: measured duration
+    calls: int = 0  # hit: calls per kind (impl, raw)
+    blocks: int = 0  # hit: timed blocks per kind
+    profile_dir: str | None = None
+    run_id: str = field(default="")
+
+    @property
+    def clients(self) -> int:
+        return self.processes * self.threads
+
+
+def runs(settings: Settings, scenarios: list[str], impls: list[str], url: str) -> list[RunSpec]:
+    """Return every run of the invocation, scenario by scenario, in alternating impl order."""
+    specs: list[RunSpec] = []
+    for scenario in scenarios:
+        for rep in range(settings.repeat):
+            order = impls if rep % 2 == 0 else impls[::-1]
+            for size, impl in itertools.product(_sizes(settings, scenario), order):
+                specs.append(_spec(settings, scenario, impl, rep, url, size))
+    return [replace(spec, run_id=f"{spec.scenario}{n}") for n, spec in enumerate(specs)]
+
+
+def _sizes(settings: Settings, scenario: str) -> tuple[tuple[int, int], ...]:
+    if scenario == "scale":
+        return settings.scale
+    if scenario == "hit":
+        return ((1, 1),)
+    return ((settings.processes, settings.threads),)
+
+
+def _spec(
+    settings: Settings, scenario: str, impl: str, rep: int, url: str, size: tuple[int, int]
+) -> RunSpec:
+    common = {
+        "scenario": scenario,
+        "impl": impl,
+        "rep": rep,
+        "url": url,
+        "processes": size[0],
+        "threads": size[1],
+        "grace": settings.grace,
+        "deadline_s": settings.deadline_s,
+    }
+    if scenario == "churn":
+        return RunSpec(
+            **common,
+            load_s=settings.churn_load_s,
+            timeout=settings.churn_timeout,
+            keys=settings.keys,
+            # The first fill and one full expiry cycle are not measured: steady state only.
+            settle_s=settings.churn_timeout + settings.churn_load_s + 0.25,
+            seconds=settings.churn_seconds,
+        )
+    if scenario == "hit":
+        return RunSpec(
+            **common,
+            load_s=0.0,
+            timeout=3600.0,
+            calls=settings.hit_calls,
+            blocks=settings.hit_blocks,
+        )
+    return RunSpec(**common, load_s=settings.load_s, timeout=settings.cold_timeout)

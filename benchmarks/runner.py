@@ -1,0 +1,158 @@
+"""One run: spawn P processes, start their clients together, count Redis commands, collect.
+
+Sequence (parent | children)::
+
+    FLUSHALL, spawn P   | configure Django, build the adapter, T clients warm up and park
+    ready barrier       | ready barrier
+    CONFIG RESETSTAT    |
+    go barrier          | go barrier -> every client starts
+    (churn: RESETSTAT again after the unmeasured lead-in)
+    read P results      | put results, wait for "collected"
+    INFO commandstats   |
+    set "collected"     | exit
+
+Rule: children are spawned ("spawn" start method), never forked, and configure Django
+themselves; the parent keeps no state from one run to the next besides its Redis client.
+Rule: a child that fails or hangs fails its run, never the whole invocation.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from .plan import RunSpec
+
+STARTUP_S = 120.0
+
+
+@dataclass
+class RunResult:
+    """What one run produced: per-process outcomes and the Redis command counts."""
+
+    spec: RunSpec
+    outcomes: list[dict] = field(default_factory=list)
+    commandstats: dict[str, int] = field(default_factory=dict)
+    failure: str | None = None  # the run as a whole failed: crash, hang, set-up error
+
+
+def command_counts(client: Any) -> dict[str, int]:
+    """Return calls per command from ``INFO commandstats`` (subcommands as ``client|setinfo``)."""
+    return {
+        name.removeprefix("cmdstat_"): stats["calls"]
+        for name, stats in client.info("commandstats").items()
+    }
+
+
+def run(spec: RunSpec, client: Any) -> RunResult:
+    """Perform one run against the Redis that ``client`` talks to; see the module docstring."""
+    client.flushall()
+    context = multiprocessing.get_context("spawn")
+    ready, go = context.Barrier(spec.processes + 1), context.Barrier(spec.processes + 1)
+    collected, results = context.Event(), context.Queue()
+    children = [
+        context.Process(
+            target=child_main,
+            args=(spec, index, ready, go, collected, results),
+            name=f"bench-{spec.impl}-{index}",
+            daemon=True,
+        )
+        for index in range(spec.processes)
+    ]
+    for child in children:
+        child.start()
+    result = RunResult(spec)
+    try:
+        _start(spec, client, ready, go)
+        result.outcomes = _collect(spec, children, results)
+        result.commandstats = command_counts(client)
+    except _RunFailed as failed:
+        result.failure = str(failed) + _fatal_messages(results)
+    finally:
+        collected.set()
+        _reap(children)
+        results.close()
+    return result
+
+
+class _RunFailed(Exception):
+    pass
+
+
+def _start(spec: RunSpec, client: Any, ready: Any, go: Any) -> None:
+    try:
+        ready.wait(timeout=STARTUP_S)
+        time.sleep(0.05)  # let warm-up stragglers (UNSUBSCRIBE, lock signals) land first
+        client.config_resetstat()
+        go.wait(timeout=STARTUP_S)
+    except threading.BrokenBarrierError:
+        raise _RunFailed("a worker process failed to start") from None
+    if spec.settle_s:
+        time.sleep(spec.settle_s)
+        client.config_resetstat()
+
+
+def _collect(spec: RunSpec, children: list, results: Any) -> list[dict]:
+    outcomes: list[dict] = []
+    deadline = time.monotonic() + spec.seconds + spec.deadline_s + spec.calls * 0.004 + 60
+    while len(outcomes) < spec.processes:
+        try:
+            kind, index, payload = results.get(timeout=1.0)
+        except queue.Empty:
+            dead = [c.name for c in children if c.exitcode not in (None, 0)]
+            if dead:
+                raise _RunFailed(f"worker process died: {', '.join(dead)}") from None
+            if time.monotonic() > deadline:
+                raise _RunFailed("worker processes did not report (hung)") from None
+            continue
+        if kind == "fatal":
+            raise _RunFailed(f"worker process {index} failed:\n{payload}")
+        outcomes.append(payload)
+    return outcomes
+
+
+def _fatal_messages(results: Any) -> str:
+    messages = []
+    try:
+        while True:
+            kind, index, payload = results.get(timeout=0.5)
+            if kind == "fatal":
+                messages.append(f"\nworker process {index}:\n{payload}")
+    except (queue.Empty, OSError, EOFError):
+        pass
+    return "".join(messages)
+
+
+def _reap(children: list) -> None:
+    for child in children:
+        child.join(timeout=10)
+    for child in children:
+        if child.is_alive():
+            child.terminate()
+            child.join(timeout=5)
+
+
+def child_main(spec: RunSpec, index: int, ready: Any, go: Any, collected: Any, results: Any):
+    """Entry point of a spawned worker process."""
+    from . import implementations, workload
+
+    try:
+        adapter = implementations.create(spec.impl, spec.url, spec.grace)
+        outcome = workload.run_process(adapter, spec, index, ready, go)
+    except BaseException:
+        for barrier in (ready, go):
+            barrier.abort()
+        results.put(("fatal", index, traceback.format_exc()))
+    else:
+        results.put(("ok", index, outcome))
+    results.close()
+    results.join_thread()
+    collected.wait(timeout=STARTUP_S + spec.seconds + spec.deadline_s)
+    # Hung client threads (daemons) and library threads must not keep the process alive.
+    os._exit(0)
