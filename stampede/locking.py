@@ -53,8 +53,10 @@ class MutexBase:
         *,
         timeout: float | None = None,
         on_lost: Callable[[Any], object] | None = None,
+        fencing: bool = True,
     ) -> None:
         self.name = conf.lock_name(name)
+        self.fencing = bool(fencing)
         self.ttl = conf.seconds("ttl", ttl)
         self.timeout = conf.optional_seconds("timeout", timeout)
         if on_lost is not None and not callable(on_lost):
@@ -97,7 +99,8 @@ class MutexBase:
         return self._token
 
     def _acquire_keys_args(self, token: str) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        return (self._lock_key, self._fence_key), (token, conf.to_ms(self.ttl))
+        fence = "1" if self.fencing else "0"
+        return (self._lock_key, self._fence_key), (token, conf.to_ms(self.ttl), fence)
 
     def _extend_keys_args(self, token: str, ttl: float) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         return (self._lock_key, self._fence_key), (token, conf.to_ms(ttl))
@@ -109,7 +112,7 @@ class MutexBase:
 
     def _held(self, token: str, fence: int) -> None:
         self._token = token
-        self.fencing_token = fence
+        self.fencing_token = fence if self.fencing else None
         self.lost = False
 
 

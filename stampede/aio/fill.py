@@ -49,7 +49,10 @@ class FlightIO:
     @property
     def mutex(self) -> Mutex:
         if self._mutex is None:
-            self._mutex = Mutex(self.store.client, self.full_key, self.lock_ttl, auto_renew=True)
+            # No fencing token: the store checks the lock's own token inside Redis.
+            self._mutex = Mutex(
+                self.store.client, self.full_key, self.lock_ttl, auto_renew=True, fencing=False
+            )
         return self._mutex
 
     async def perform(self, step: Any) -> Any:

@@ -45,8 +45,11 @@ class Mutex(MutexBase):
         *,
         timeout: float | None = None,
         on_lost: Callable[[Mutex], object] | None = None,
+        fencing: bool = True,
     ) -> None:
-        super().__init__(redis_client, name, ttl, auto_renew, timeout=timeout, on_lost=on_lost)
+        super().__init__(
+            redis_client, name, ttl, auto_renew, timeout=timeout, on_lost=on_lost, fencing=fencing
+        )
         self._renewal: asyncio.Task[None] | None = None
 
     async def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
