@@ -22,10 +22,13 @@ from .envelope import MISSING
 class Flight:
     """One in-progress load of one key in this process."""
 
-    __slots__ = ("done", "error", "value")
+    __slots__ = ("done", "error", "settled", "value")
 
     def __init__(self) -> None:
-        self.done = threading.Event()
+        # Made only when a follower arrives: most flights (every plain hit) have none, and an
+        # Event (a Condition and a Lock) is most of what a flight would otherwise cost.
+        self.done: threading.Event | None = None
+        self.settled = False
         self.value: Any = MISSING
         self.error: BaseException | None = None
 
@@ -61,35 +64,36 @@ class FlightGroup:
             leading = flight is None
             if leading:
                 flight = self._flights[key] = Flight()
+            elif flight.done is None:
+                flight.done = threading.Event()
+            done = flight.done
         if not leading:
             events.emit("coalesced", key=key)
-            if not flight.done.wait(follow_timeout):
+            if not done.wait(follow_timeout):
                 return on_follow_timeout(follow_timeout or 0.0)
             return flight.result()
-
-        def settle(value: Any) -> None:
-            self._retire(key, flight)
-            flight.value = value
-            flight.done.set()
-
         try:
-            value = lead(settle)
+            value = lead(lambda early: self._settle(key, flight, early, None))
         except BaseException as exc:
-            if not flight.done.is_set():
-                flight.error = exc
+            self._settle(key, flight, MISSING, exc)
             raise
-        else:
-            if not flight.done.is_set():
-                flight.value = value
-        finally:
-            self._retire(key, flight)
-            flight.done.set()
+        self._settle(key, flight, value, None)
         return value
 
-    def _retire(self, key: Hashable, flight: Flight) -> None:
+    def _settle(
+        self, key: Hashable, flight: Flight, value: Any, error: BaseException | None
+    ) -> None:
+        """Answer the flight's followers once; later callers start a flight of their own."""
         with self._lock:
+            if flight.settled:
+                return
+            flight.settled = True
+            flight.value, flight.error = value, error
             if self._flights.get(key) is flight:
                 del self._flights[key]
+            done = flight.done
+        if done is not None:
+            done.set()
 
     def __len__(self) -> int:
         return len(self._flights)
