@@ -127,6 +127,17 @@ def _age(value: Any, key: str, now: float, kind: int) -> float | None:
     return None
 
 
+def _record(
+    rec: Recorder, kind: Any, key: Any, tag: Any, started: float, latency: float, value: Any
+) -> None:
+    """Record one call that returned: its latency and the age of the value it got."""
+    age = _age(value, key, time.time(), kind)
+    if age is None:
+        rec.fail(f"unexpected value {value!r}")
+        age = math.nan
+    rec.add(kind, tag, started, latency, age)
+
+
 def drive(adapter: Any, raw: Any, calls: Iterator, loaders: dict, timeout: float, rec: Recorder):
     """Perform ``calls`` with a sync adapter, timing each."""
     perf, wall, impl = time.perf_counter, time.time, adapter.get_or_set
@@ -138,12 +149,7 @@ def drive(adapter: Any, raw: Any, calls: Iterator, loaders: dict, timeout: float
             rec.add(kind, tag, started, perf() - t0, math.nan)
             rec.fail(f"{type(exc).__name__}: {exc}")
             continue
-        latency = perf() - t0
-        age = _age(value, key, wall(), kind)
-        if age is None:
-            rec.fail(f"unexpected value {value!r}")
-            age = math.nan
-        rec.add(kind, tag, started, latency, age)
+        _record(rec, kind, key, tag, started, perf() - t0, value)
 
 
 async def adrive(
@@ -159,12 +165,7 @@ async def adrive(
             rec.add(kind, tag, started, perf() - t0, math.nan)
             rec.fail(f"{type(exc).__name__}: {exc}")
             continue
-        latency = perf() - t0
-        age = _age(value, key, wall(), kind)
-        if age is None:
-            rec.fail(f"unexpected value {value!r}")
-            age = math.nan
-        rec.add(kind, tag, started, latency, age)
+        _record(rec, kind, key, tag, started, perf() - t0, value)
 
 
 class _Profiled:
