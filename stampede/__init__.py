@@ -8,24 +8,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from .envelope import DontCache
+from .core import events
+from .core.envelope import DontCache
+from .core.options import FillOptions
 from .exceptions import LoaderError, LockLost, LockTimeout, StampedeError, WaitTimeout
-from .guards import Guard, guard
-from .mutex import Mutex
+from .fill.filler import Filler
+from .fill.store import RedisStore
+from .lock.guard import Guard, guard
+from .lock.mutex import Mutex
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DontCache",
+    "FillOptions",
+    "Filler",
     "Guard",
     "LoaderError",
     "LockLost",
     "LockTimeout",
     "Mutex",
+    "RedisStore",
     "StampedeError",
     "WaitTimeout",
     "__version__",
     "cached",
+    "events",
     "guard",
     "single_flight",
 ]

@@ -23,17 +23,17 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.functional import cached_property
 from django.utils.module_loading import import_string
 
-from . import conf, fill, local, scripts
-from . import keys as redis_keys
 from . import signals as _signals  # noqa: F401  (herd events become Django signals)
-from .aio import fill as aio_fill
-from .aio import local as aio_local
-from .aio import stores as aio_stores
-from .envelope import INVALIDATED, MISSING, DontCache, Failure, unwrap_private
-from .exceptions import WaitTimeout
-from .flight import value_of
-from .mutex import Mutex
-from .stores import is_redis_backend, store_for
+from .aio.filler import Filler as AsyncFiller
+from .core import options as conf
+from .core.envelope import MISSING, Failure
+from .core.flight import value_of
+from .core.keys import CacheKey
+from .django_internals import BackendStore, async_store_for, is_redis_backend, store_for
+from .fill import local
+from .fill.filler import Filler
+from .fill.store import RedisStore
+from .lock.mutex import Mutex
 
 _BACKEND_OPTIONS = ("LOCK_URL", "NEAR_CACHE")
 
@@ -96,11 +96,17 @@ class StampedeCache(BaseCache):
         return caches[self._location]
 
     @cached_property
-    def _store(self) -> Any:
+    def store(self) -> RedisStore | BackendStore:
+        """Where this cache's records and fill locks live (see ``stampede.django_internals``)."""
         try:
             return store_for(self._wrapped, self._lock_url)
         except ValueError as exc:
             raise ImproperlyConfigured(f"StampedeCache over {self._location!r}: {exc}") from exc
+
+    @cached_property
+    def filler(self) -> Filler:
+        """The core filler; every thread's backend object of this cache coalesces in one group."""
+        return Filler(self.store, self._options, flights=local.group(self._location))
 
     @property
     def default_timeout(self) -> float | None:  # type: ignore[override]
@@ -136,27 +142,9 @@ class StampedeCache(BaseCache):
         Keyword ``options`` override the cache's ``OPTIONS`` for this call, in lower case:
         ``grace=60``, ``lock_ttl=5``, ``wait_timeout=2``, ``on_timeout="raise"``, ...
         """
-        fill_options, timeout, full_key = self._prepare(key, loader, timeout, version, options)
-        store = self._store
-        led = False
-
-        def lead(serve: Callable[[Any], None]) -> Any:
-            nonlocal led
-            led = True
-            return fill.get_or_load(
-                store, full_key, key, version, loader, timeout, fill_options, serve
-            )
-
-        def on_follow_timeout(waited: float) -> Any:
-            if fill_options.on_timeout == "load":
-                return loader()
-            raise WaitTimeout(full_key, waited)
-
-        flights = local.group(self._location)
-        value = flights.run(full_key, lead, fill_options.wait_timeout, on_follow_timeout)
-        if isinstance(value, DontCache) and not led:
-            value = loader()  # the leader's result was its own (see DontCache): load ours
-        return unwrap_private(value)
+        return self.filler.get_or_load(
+            self._key(key, version), loader, self._resolve_timeout(timeout), **options
+        )
 
     async def aget_or_set(
         self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
@@ -178,41 +166,18 @@ class StampedeCache(BaseCache):
         Runs on the event loop through ``redis.asyncio``; where the lock client has no asyncio
         twin (Sentinel-managed pools), the sync fill runs in a worker thread instead.
         """
-        fill_options, timeout, full_key = self._prepare(key, loader, timeout, version, options)
-        store = aio_stores.async_store_for(self._store)
+        store = async_store_for(self.store)
         if store is None:
             call = functools.partial(self.get_or_load, key, loader, timeout, version, **options)
             return await sync_to_async(call, thread_sensitive=False)()
+        filler = AsyncFiller(store, self._options, flights=self._location)
+        return await filler.get_or_load(
+            self._key(key, version), loader, self._resolve_timeout(timeout), **options
+        )
 
-        led = False
-
-        async def lead(serve: Callable[[Any], None]) -> Any:
-            nonlocal led
-            led = True
-            return await aio_fill.get_or_load(
-                store, full_key, key, version, loader, timeout, fill_options, serve
-            )
-
-        async def on_follow_timeout(waited: float) -> Any:
-            if fill_options.on_timeout == "load":
-                return await aio_fill.call_loader(loader)
-            raise WaitTimeout(full_key, waited)
-
-        flights = aio_local.group(self._location)
-        value = await flights.run(full_key, lead, fill_options.wait_timeout, on_follow_timeout)
-        if isinstance(value, DontCache) and not led:
-            value = await aio_fill.call_loader(loader)
-        return unwrap_private(value)
-
-    def _prepare(
-        self, key: Any, loader: Any, timeout: Any, version: Any, options: dict[str, Any]
-    ) -> tuple[conf.FillOptions, float | None, Any]:
-        """Return (the call's options, its timeout in seconds, the full key), or raise."""
-        if not callable(loader):
-            raise TypeError(f"loader must be callable; got {loader!r}")
-        fill_options = self._options.replace(**options)
-        full_key = self._wrapped.make_and_validate_key(key, version=version)
-        return fill_options, self._resolve_timeout(timeout), full_key
+    def _key(self, key: Any, version: Any) -> CacheKey:
+        full = self._wrapped.make_and_validate_key(key, version=version)
+        return CacheKey(full, key, version)
 
     def _resolve_timeout(self, timeout: Any) -> float | None:
         if timeout is DEFAULT_TIMEOUT:
@@ -226,7 +191,7 @@ class StampedeCache(BaseCache):
     def lock(self, key: Any, ttl: float = 30.0, version: Any = None, **kwargs: Any) -> Mutex:
         """Return a ``Mutex`` on ``key`` (namespaced like the cache's keys), not yet acquired."""
         full_key = self._wrapped.make_and_validate_key(key, version=version)
-        return Mutex(self._store.client, full_key, ttl=ttl, **kwargs)
+        return Mutex(self.store.client, full_key, ttl=ttl, **kwargs)
 
     # -- delegation -------------------------------------------------------------------------
 
@@ -277,16 +242,7 @@ class StampedeCache(BaseCache):
         return deleted
 
     def _invalidate_fills(self, keys: list[Any], version: Any) -> None:
-        calls = []
-        for key in keys:
-            full_key = self._wrapped.make_and_validate_key(key, version=version)
-            calls.append(
-                (
-                    (redis_keys.lock_key(full_key),),
-                    (redis_keys.done_channel(full_key), INVALIDATED),
-                )
-            )
-        scripts.run_many(self._store.client, scripts.INVALIDATE, calls)
+        self.filler.invalidate(*(self._key(key, version) for key in keys))
 
     def incr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
         return self._wrapped.incr(key, delta, version=version)

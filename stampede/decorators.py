@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from asgiref.sync import iscoroutinefunction
 from django.core.cache import caches
 
-from . import conf
+from .core import options as conf
 from .pages import PagePolicy, aserve, serve
 
 _F = TypeVar("_F", bound=Callable[..., Any])

@@ -32,7 +32,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import events
+from .core import events
 
 #: Maps a full cache key (str or bytes) to the value of the ``key`` label.
 KeyLabel = Callable[[Any], str]

@@ -39,7 +39,7 @@ from django.utils.cache import (
 )
 from django.utils.encoding import iri_to_uri
 
-from .envelope import DontCache
+from .core.envelope import DontCache
 
 _LEARNED = "learned"
 

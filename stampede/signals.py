@@ -20,7 +20,7 @@ from typing import Any
 
 from django.dispatch import Signal
 
-from . import events
+from .core import events
 
 load_started = Signal()
 load_finished = Signal()

@@ -1,13 +1,16 @@
-"""asyncio twins of the core: ``Mutex``, the notifier, coalescing and the fill driver.
+"""asyncio twins of the core: ``Mutex``, ``Filler`` and ``RedisStore``, the notifier, coalescing
+and the fill driver.
 
-They share every decision with the sync modules (``flight``, ``locking``, ``channels``,
-``envelope``, ``keys``, ``scripts``) and differ only in how they wait: tasks and
-``asyncio.Event`` instead of threads and ``threading.Event``. Use them with
-``redis.asyncio`` clients.
+They share every decision with the sync modules (``core/flight``, ``core/envelope``,
+``core/keys``, ``lock/rules``, ``io/channels``, ``io/scripts``, ``fill/calls``) and differ only
+in how they wait: tasks and ``asyncio.Event`` instead of threads and ``threading.Event``. Use
+them with ``redis.asyncio`` clients.
 """
 
 from __future__ import annotations
 
+from .filler import Filler
 from .mutex import Mutex
+from .store import RedisStore
 
-__all__ = ["Mutex"]
+__all__ = ["Filler", "Mutex", "RedisStore"]

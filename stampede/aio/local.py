@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
 
-from .. import events
+from ..core import events
 from .loops import loop_state
 
 

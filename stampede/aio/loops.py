@@ -19,8 +19,10 @@ class LoopState:
     """What the asyncio twins keep for one event loop."""
 
     def __init__(self) -> None:
-        self.notifiers: dict[int, Any] = {}  # by id(connection pool)
-        self.clients: dict[int, Any] = {}  # by id(sync connection pool)
+        # Keyed weakly by the (sync) connection pool, never by id(): an id is reused once its
+        # pool is collected, and a new pool must not inherit a dead pool's notifier or client.
+        self.notifiers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        self.clients: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self.flight_groups: dict[Any, Any] = {}  # by cache alias
         self.turns: dict[tuple[int, Any], list[Any]] = {}  # local queues, by (pool, lock key)
         self.janitor: asyncio.Task[None] | None = None

@@ -15,9 +15,12 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from .. import conf, events, scripts
+from ..core import events
+from ..core import options as conf
 from ..exceptions import LockLost, LockTimeout
-from ..locking import (
+from ..io import scripts
+from ..io.clients import connection_pool_of
+from ..lock.rules import (
     RELEASED,
     MutexBase,
     attempt_result,
@@ -26,7 +29,6 @@ from ..locking import (
     park_time,
     remaining,
 )
-from ..notify import connection_pool_of
 from .loops import loop_state
 from .notify import notifier_for
 

@@ -16,8 +16,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..channels import ChannelBook, channel_name, listener_connection_kwargs
-from ..notify import ACK_TIMEOUT, connection_pool_of
+from ..io.channels import ChannelBook, channel_name, listener_connection_kwargs
+from ..io.clients import connection_pool_of
+from ..io.notify import ACK_TIMEOUT
 from .loops import loop_state
 
 logger = logging.getLogger(__name__)
@@ -184,7 +185,7 @@ def notifier_for(client: Any) -> Notifier:
     """Return the running loop's notifier for the connection pool behind ``client``."""
     pool = connection_pool_of(client)
     notifiers = loop_state().notifiers
-    notifier = notifiers.get(id(pool))
+    notifier = notifiers.get(pool)
     if notifier is None:
-        notifier = notifiers[id(pool)] = Notifier(pool.connection_class, pool.connection_kwargs)
+        notifier = notifiers[pool] = Notifier(pool.connection_class, pool.connection_kwargs)
     return notifier

@@ -11,7 +11,7 @@ import redis.asyncio
 
 from stampede import LockLost, LockTimeout
 from stampede.aio import Mutex
-from stampede.keys import lock_key
+from stampede.core.keys import lock_key
 from tests.aio import workers
 from tests.helpers import run_concurrently
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from celery import Celery
 
-from stampede import keys
+from stampede.core import keys
 from stampede.celery import AlreadyQueued, AlreadyRunning, SingleFlightTask, was_skipped
-from stampede.guards import Guard, holder_of, queued_job
+from stampede.lock.guard import Guard, holder_of, queued_job
 
 pytestmark = pytest.mark.celery
 

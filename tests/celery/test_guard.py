@@ -9,8 +9,9 @@ import pytest
 import redis as redis_py
 
 import stampede
-from stampede import LockLost, LockTimeout, keys
-from stampede.guards import (
+from stampede import LockLost, LockTimeout
+from stampede.core import keys
+from stampede.lock.guard import (
     GUARD_PREFIX,
     Guard,
     clear_mark,

@@ -6,7 +6,7 @@ import pytest
 from celery import Celery
 
 from stampede.celery import SingleFlightTask
-from stampede.taskguard import NAME_PREFIX, SingleFlightOptions
+from stampede.celery.options import NAME_PREFIX, SingleFlightOptions
 
 pytestmark = pytest.mark.celery
 

@@ -19,9 +19,9 @@ import pytest
 from celery import signals
 from celery.exceptions import TaskRevokedError
 
-from stampede import keys
+from stampede.core import keys
 from stampede.celery import SKIPPED, was_skipped
-from stampede.guards import holder_of, queued_job, queued_key
+from stampede.lock.guard import holder_of, queued_job, queued_key
 
 pytestmark = [pytest.mark.celery, pytest.mark.timeout(120)]
 

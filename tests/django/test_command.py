@@ -22,7 +22,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from stampede import events
-from stampede.keys import done_channel
+from stampede.core.keys import done_channel
 from tests.django import workers
 
 KEY = "report:42"

@@ -21,8 +21,8 @@ from django.core.cache import caches
 from django.core.cache.backends.base import default_key_func
 from django.core.exceptions import ImproperlyConfigured
 
-from stampede.envelope import Envelope
-from stampede.keys import done_channel
+from stampede.core.envelope import Envelope
+from stampede.core.keys import done_channel
 from tests.django import workers
 from tests.helpers import SPAWN, run_concurrently
 

@@ -9,7 +9,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from stampede import keys, scripts
+from stampede.core import keys
+from stampede.io import scripts
 
 #: Commands the library's Lua scripts run. Redis counts a command run inside a script in
 #: INFO commandstats too, although it costs no round trip: these are left out of round trips.

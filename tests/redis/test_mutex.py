@@ -18,8 +18,9 @@ import redis as redis_py
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from stampede import LockLost, LockTimeout, Mutex, scripts
-from stampede.keys import fence_key, lock_key
+from stampede import LockLost, LockTimeout, Mutex
+from stampede.io import scripts
+from stampede.core.keys import fence_key, lock_key
 from tests.helpers import SPAWN, run_concurrently
 from tests.redis import workers
 from tests.redis.support import (

@@ -10,7 +10,7 @@ import redis as redis_py
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from stampede.notify import Notifier
+from stampede.io.notify import Notifier
 from stampede.testing import RedisServer, free_port
 from tests.redis.support import (
     command_calls,

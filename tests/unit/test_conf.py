@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from stampede import conf
+from stampede.core import options as conf
 
 
 @pytest.mark.parametrize("value", [0.25, 1, 30.0])

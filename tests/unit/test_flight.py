@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import redis
 
-from stampede.conf import FillOptions
-from stampede.envelope import (
+from stampede.core.options import FillOptions
+from stampede.core.envelope import (
     FILLED,
     INVALIDATED,
     MISSING,
@@ -27,7 +27,7 @@ from stampede.envelope import (
     failure_message,
 )
 from stampede.exceptions import LoaderError, WaitTimeout
-from stampede.flight import (
+from stampede.core.flight import (
     Background,
     Clock,
     Load,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stampede import keys
+from stampede.core import keys
 
 
 def _hash_slot(key: bytes) -> int:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import hashlib
 
-from stampede import scripts
+from stampede.io import scripts
 
 
 def test_every_script_documents_its_keys_argv_and_return_value():

@@ -9,27 +9,37 @@ import inspect
 
 import pytest
 
-from stampede import fill, local, mutex, notify, stores
-from stampede.aio import fill as aio_fill
+from stampede import django_internals
+from stampede.aio import driver as aio_driver
+from stampede.aio import filler as aio_filler
 from stampede.aio import local as aio_local
 from stampede.aio import mutex as aio_mutex
 from stampede.aio import notify as aio_notify
-from stampede.aio import stores as aio_stores
+from stampede.aio import store as aio_store
+from stampede.fill import driver, filler, local, store
+from stampede.io import notify
+from stampede.lock import mutex
 
 TWINS = [
     (mutex.Mutex, aio_mutex.Mutex),
     (notify.Notifier, aio_notify.Notifier),
     (notify.Subscription, aio_notify.Subscription),
     (local.FlightGroup, aio_local.FlightGroup),
-    (fill.FlightIO, aio_fill.FlightIO),
-    (stores.RedisStore, aio_stores.RedisStore),
-    (stores.BackendStore, aio_stores.BackendStore),
+    (driver.FlightIO, aio_driver.FlightIO),
+    (filler.Filler, aio_filler.Filler),
+    (store.RedisStore, aio_store.RedisStore),
+    (store.RedisFillLock, aio_store.RedisFillLock),
+    (store.WakeUps, aio_store.WakeUps),
+    (django_internals.BackendStore, django_internals.AsyncBackendStore),
+    (django_internals.BackendFillLock, django_internals.AsyncBackendFillLock),
 ]
 FUNCTION_TWINS = [
-    (fill.drive, aio_fill.drive),
-    (fill.get_or_load, aio_fill.get_or_load),
+    (driver.drive, aio_driver.drive),
+    (driver.run_protocol, aio_driver.run_protocol),
     (notify.notifier_for, aio_notify.notifier_for),
 ]
+# Methods only one side has, by design: the async store is built from the sync one per loop.
+ONE_SIDED = {"twin_of"}
 
 
 def _public_methods(cls: type) -> dict[str, inspect.Signature]:
@@ -49,7 +59,7 @@ def _parameters(signature: inspect.Signature) -> list[tuple[str, object, object]
 )
 def test_async_twin_has_the_same_public_methods_and_parameters(sync, twin):
     sync_methods, twin_methods = _public_methods(sync), _public_methods(twin)
-    assert set(twin_methods) == set(sync_methods)
+    assert set(twin_methods) - ONE_SIDED == set(sync_methods) - ONE_SIDED
     for name, signature in sync_methods.items():
         assert _parameters(twin_methods[name]) == _parameters(signature), name
 
@@ -68,7 +78,10 @@ def test_methods_that_wait_are_coroutines_in_the_twin(sync, twin):
         "close",
         "run",
         "read",
-        "write",
+        "peek",
+        "commit",
+        "invalidate",
+        "get_or_load",
         "perform",
     ):
         if hasattr(sync, name) and hasattr(twin, name):
@@ -82,8 +95,8 @@ def test_async_twin_functions_take_the_same_parameters(sync, twin):
 
 
 def test_twin_drivers_are_coroutine_functions():
-    assert inspect.iscoroutinefunction(aio_fill.drive)
-    assert inspect.iscoroutinefunction(aio_fill.get_or_load)
+    assert inspect.iscoroutinefunction(aio_driver.drive)
+    assert inspect.iscoroutinefunction(aio_driver.run_protocol)
 
 
 def test_twins_point_to_their_sync_counterpart():

@@ -13,7 +13,6 @@ without blocking Redis; the per-lock reads go in pipelines.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,9 +22,11 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.exceptions import RedisError
 
-from stampede import events, keys, scripts
 from stampede.backends import StampedeCache
-from stampede.envelope import INVALIDATED
+from stampede.core import events, keys
+from stampede.core.envelope import INVALIDATED
+from stampede.django_internals import lock_client_of
+from stampede.io import scripts
 
 _SCAN_COUNT = 1000
 _PIPELINE_SIZE = 500
@@ -166,7 +167,7 @@ def _stampede_cache(alias: str) -> StampedeCache:
 
 def _lock_client(cache: StampedeCache, alias: str) -> Any:
     try:
-        return cache._store.client
+        return lock_client_of(cache.store)
     except ImproperlyConfigured as exc:
         raise CommandError(f"Cache {alias!r} is misconfigured: {exc}") from exc
 
@@ -185,23 +186,9 @@ def _describe(client: Any) -> str:
 
 
 def _patterns(cache: StampedeCache, suffix: str) -> list[str]:
-    """Return SCAN patterns matching ``{FK}<suffix>`` for every full key FK of ``cache``.
-
-    The cache's own ``make_key`` builds the name around a placeholder, so a custom KEY_PREFIX,
-    VERSION or KEY_FUNCTION is honoured; names whose key carries its own hash tag
-    (``user{42}:x``) are not wrapped in braces, hence a second pattern for them.
-    """
-    full = str(cache.make_key(_PLACEHOLDER))
-    if _PLACEHOLDER not in full:  # a KEY_FUNCTION that hashes keys: the prefix is unknown
-        return [f"*{suffix}"]
-    before, after = (_glob_escape(part) for part in full.split(_PLACEHOLDER, 1))
-    if keys.lock_key(full) == full + ":lock":  # the prefix carries a hash tag itself
-        return [f"{before}*{after}{suffix}"]
-    return [f"{{{before}*{after}}}{suffix}", f"{before}*{{?*}}*{after}{suffix}"]
-
-
-def _glob_escape(text: str) -> str:
-    return re.sub(r"([\\*?\[\]])", r"\\\1", text)
+    """Return SCAN patterns for ``{FK}<suffix>`` of every full key FK of ``cache`` (its own
+    ``make_key`` around a placeholder, so a custom KEY_PREFIX, VERSION or KEY_FUNCTION holds)."""
+    return keys.patterns(str(cache.make_key(_PLACEHOLDER)), _PLACEHOLDER, suffix)
 
 
 def _scan(client: Any, patterns: Sequence[str]) -> Iterator[bytes]:
@@ -214,19 +201,9 @@ def _scan(client: Any, patterns: Sequence[str]) -> Iterator[bytes]:
                 yield name
 
 
-def _full_key_of(lock: bytes) -> bytes | None:
-    """Return the full cache key whose lock is named ``lock``, or None if it is no lock name."""
-    if lock.startswith(b"{") and lock.endswith(b"}:lock"):
-        candidate = lock[1:-6]
-        if keys.lock_key(candidate) == lock:
-            return candidate
-    candidate = lock[: -len(b":lock")]
-    return candidate if keys.lock_key(candidate) == lock else None
-
-
 def _held_locks(cache: StampedeCache, client: Any) -> list[HeldLock]:
     """Return the locks held now under ``cache``'s key prefix, sorted by key."""
-    full_keys = [fk for fk in map(_full_key_of, _scan(client, _patterns(cache, ":lock"))) if fk]
+    full_keys = [fk for fk in map(keys.name_of_lock, _scan(client, _patterns(cache, keys.LOCK_SUFFIX))) if fk]
     held = []
     for start in range(0, len(full_keys), _PIPELINE_SIZE):
         batch = full_keys[start : start + _PIPELINE_SIZE]
@@ -252,7 +229,7 @@ def _waiting(cache: StampedeCache, client: Any) -> tuple[int, int]:
     process), so the subscribers are the waiting processes, counted once per key.
     """
     channels: set[bytes] = set()
-    for pattern in _patterns(cache, ":done"):
+    for pattern in _patterns(cache, keys.DONE_SUFFIX):
         channels.update(client.pubsub_channels(pattern))
     if not channels:
         return 0, 0

@@ -32,7 +32,7 @@ from celery import Task, signals
 from celery.utils import uuid
 from redis.exceptions import RedisError
 
-from .guards import (
+from ..lock.guard import (
     Guard,
     clear_mark,
     client_for_url,
@@ -41,7 +41,7 @@ from .guards import (
     release_held_by,
     requeue_mark,
 )
-from .taskguard import (
+from .options import (
     HEADER,
     SKIPPED,
     AlreadyQueued,

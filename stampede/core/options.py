@@ -47,11 +47,18 @@ def lock_name(value: Any) -> str | bytes:
     return value
 
 
-ON_TIMEOUT_CHOICES = ("load", "stale", "raise")
+ON_TIMEOUT_CHOICES = ("load", "raise")
 ON_REDIS_ERROR_CHOICES = ("load", "raise")
 
 
 def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    if name == "on_timeout" and value == "stale":
+        # Only a miss ever waits (a stale entry within GRACE is served at once, never waited
+        # for), so a waiter has no stale value to fall back on.
+        raise ValueError(
+            "on_timeout 'stale' is not an option: a caller only waits on a miss, where there "
+            "is no stale value; use GRACE to serve stale values, and 'load' or 'raise' here"
+        )
     if value not in choices:
         allowed = ", ".join(repr(choice) for choice in choices[:-1]) + f" or {choices[-1]!r}"
         raise ValueError(f"{name} must be {allowed}; got {value!r}")

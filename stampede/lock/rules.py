@@ -10,8 +10,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import conf, keys
-from .exceptions import LockLost, LockTimeout
+from ..core import keys
+from ..core import options as conf
+from ..exceptions import LockLost, LockTimeout
 
 #: Payload published by a plain release; the fill protocol publishes its own outcome instead.
 RELEASED = b"released"

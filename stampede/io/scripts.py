@@ -57,6 +57,53 @@ return {0, redis.call('PTTL', KEYS[1])}
 """,
 )
 
+ACQUIRE_READ = Script(
+    "acquire_read",
+    """
+-- KEYS[1] lock key, KEYS[2] cache key
+-- ARGV[1] token, ARGV[2] ttl in ms
+-- returns {1, the cache key's value (nil when absent)} when acquired,
+--         {0, remaining ttl of the current holder in ms} when not
+-- A fill's acquire: the winner learns in the same round trip whether the previous holder
+-- stored a value between the winner's first read and this attempt, so it goes straight to
+-- its loader when the key is still absent.
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, redis.call('GET', KEYS[2])}
+end
+return {0, redis.call('PTTL', KEYS[1])}
+""",
+)
+
+COMMIT = Script(
+    "commit",
+    """
+-- KEYS[1] cache key, KEYS[2] lock key
+-- ARGV[1] token, ARGV[2] serialized record, ARGV[3] hard ttl in ms (0: no expiry; -1: write
+-- nothing), ARGV[4] wake-up channel, ARGV[5] wake-up message, ARGV[6] "1" to append the
+-- record to the message (small records: waiting processes then need no GET)
+-- returns 1 when the lock was ours: the record is written, the lock released, the waiters
+-- told; 0 when it was not (nothing is written, released or published)
+-- The write belongs to the lock: a holder paused past its TTL must not overwrite the value a
+-- later holder stored, and a delete() during the load (which deletes the lock) voids it.
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then
+  return 0
+end
+local ttl = tonumber(ARGV[3])
+if ttl > 0 then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ttl)
+elseif ttl == 0 then
+  redis.call('SET', KEYS[1], ARGV[2])
+end
+redis.call('DEL', KEYS[2])
+if ARGV[6] == '1' then
+  redis.call('PUBLISH', ARGV[4], ARGV[5] .. ARGV[2])
+else
+  redis.call('PUBLISH', ARGV[4], ARGV[5])
+end
+return 1
+""",
+)
+
 RELEASE = Script(
     "release",
     """
@@ -87,33 +134,13 @@ return 0
 """,
 )
 
-STORE = Script(
-    "store",
-    """
--- KEYS[1] cache key, KEYS[2] lock key
--- ARGV[1] token, ARGV[2] serialized value, ARGV[3] hard ttl in ms (0: no expiry)
--- returns 1 when written, 0 when the lock is no longer ours (the write is dropped)
--- The write belongs to the lock: a holder paused past its TTL must not overwrite the value
--- a later holder stored, and a delete() during the load (which deletes the lock) voids it.
-if redis.call('GET', KEYS[2]) ~= ARGV[1] then
-  return 0
-end
-if tonumber(ARGV[3]) > 0 then
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-else
-  redis.call('SET', KEYS[1], ARGV[2])
-end
-return 1
-""",
-)
-
 INVALIDATE = Script(
     "invalidate",
     """
 -- KEYS[1] lock key
 -- ARGV[1] wake-up channel, ARGV[2] wake-up message
 -- returns 1 if a load was in progress (its write is now void), else 0
--- Deleting the lock voids the holder's pending write (STORE checks the token); the message
+-- Deleting the lock voids the holder's pending write (COMMIT checks the token); the message
 -- sends its waiters back to contend for a fresh load instead of waiting out the TTL.
 if redis.call('DEL', KEYS[1]) == 1 then
   redis.call('PUBLISH', ARGV[1], ARGV[2])
@@ -178,7 +205,8 @@ ALL = (
     ACQUIRE,
     RELEASE,
     EXTEND,
-    STORE,
+    ACQUIRE_READ,
+    COMMIT,
     INVALIDATE,
     COMPARE_DELETE,
     COMPARE_PEXPIRE,

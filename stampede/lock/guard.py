@@ -26,11 +26,13 @@ from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
 
-from . import conf, keys, scripts, watchdog
-from .keys import holder_key, queued_key
-from .locking import HoldContext
+from ..core import keys
+from ..core import options as conf
+from ..core.keys import holder_key, queued_key
+from ..io import clients, scripts
+from . import watchdog
 from .mutex import Mutex
-from .stores import shared_client
+from .rules import HoldContext
 
 __all__ = [
     "Guard",
@@ -56,16 +58,8 @@ _Function = TypeVar("_Function", bound=Callable[..., Any])
 
 
 def client_for_url(url: str) -> Any:
-    """Return this process's long-lived ``redis.Redis`` client for ``url``.
-
-    One client (one connection pool) per URL per process, shared with the cache backend's
-    ``LOCK_URL`` clients; a client per call would cost a connection per call.
-    """
-    if not isinstance(url, str) or not url:
-        raise TypeError(f"url must be a Redis URL string; got {url!r}")
-    import redis
-
-    return shared_client(("url", url), lambda: redis.Redis.from_url(url))
+    """Return this process's long-lived ``redis.Redis`` client for ``url`` (see ``io.clients``)."""
+    return clients.for_url(url)
 
 
 class Guard(HoldContext, ContextDecorator):

@@ -15,8 +15,8 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from . import events
-from .envelope import MISSING
+from ..core import events
+from ..core.envelope import MISSING
 
 
 class Flight:

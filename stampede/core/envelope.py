@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import math
 import pickle
+from collections.abc import Callable
 from typing import Any
 
-from .exceptions import LoaderError
+from ..exceptions import LoaderError
 
 
 class _Missing:
@@ -131,18 +132,68 @@ INVALIDATED = b"invalidated"
 #: The holder's result was ``DontCache``: every waiter loads for itself.
 NOT_SHARED = b"not-shared"
 _FAILED_PREFIX = b"failed:"
+#: A ``filled`` message that carries the stored record after it (see ``WAKEUP_VALUE_LIMIT``).
+FILLED_WITH_RECORD = FILLED + b":"
+#: Largest serialized record (bytes) that travels inside the ``filled`` wake-up message, so
+#: that waiting processes answer without a ``GET``. Larger records are re-read from the store:
+#: a publish is copied to every subscribed process, and a big one would delay them all.
+WAKEUP_VALUE_LIMIT = 16 * 1024
 
 
 def failure_message(failure: Failure) -> bytes:
     return _FAILED_PREFIX + pickle.dumps(failure)
 
 
-def failure_from_message(message: bytes | None) -> Failure | None:
-    """Return the failure a wake-up message carries, or None for any other message."""
-    if not message or not message.startswith(_FAILED_PREFIX):
-        return None
+def travels_with_wakeup(outcome: bytes, payload: bytes | None) -> bool:
+    """Return True if the serialized record ``payload`` goes inside the ``outcome`` message."""
+    return outcome == FILLED and payload is not None and len(payload) <= WAKEUP_VALUE_LIMIT
+
+
+class WakeUp:
+    """What a waiter learnt when it woke: the holder's outcome, and the record if it came along.
+
+    ``outcome`` is ``FILLED``, ``INVALIDATED``, ``NOT_SHARED``, any other release message, or
+    None when the wait timed out or the wake-up connection broke (check the store). ``record``
+    is the stored record when the message carried it, else ``MISSING``; ``failure`` is the
+    loader's failure when the holder's load raised.
+    """
+
+    __slots__ = ("failure", "outcome", "record")
+
+    def __init__(
+        self, outcome: bytes | None, record: Any = MISSING, failure: Failure | None = None
+    ) -> None:
+        self.outcome = outcome
+        self.record = record
+        self.failure = failure
+
+    def __repr__(self) -> str:
+        return f"WakeUp({self.outcome!r}, record={self.record!r}, failure={self.failure!r})"
+
+
+TIMED_OUT = WakeUp(None)
+
+
+def parse_wakeup(message: bytes | None, loads: Callable[[bytes], Any]) -> WakeUp:
+    """Return what ``message`` says; ``loads`` deserializes a record that travelled with it."""
+    if not message:
+        return TIMED_OUT
+    if message.startswith(_FAILED_PREFIX):
+        return WakeUp(message, failure=_failure_of(message[len(_FAILED_PREFIX) :]))
+    if message.startswith(FILLED_WITH_RECORD):
+        try:
+            record = loads(message[len(FILLED_WITH_RECORD) :])
+        except Exception:
+            record = MISSING  # unreadable here (another serializer?): read the store instead
+        return WakeUp(FILLED, record)
+    return WakeUp(message)
+
+
+def _failure_of(payload: bytes) -> Failure:
     try:
-        failure = pickle.loads(message[len(_FAILED_PREFIX) :])
+        failure = pickle.loads(payload)
     except Exception as exc:
         return Failure(LoaderError("unreadable failure", str(exc)))
-    return failure if isinstance(failure, Failure) else None
+    if isinstance(failure, Failure):
+        return failure
+    return Failure(LoaderError("unreadable failure", repr(failure)))

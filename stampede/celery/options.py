@@ -22,9 +22,8 @@ from dataclasses import dataclass, fields, replace
 from functools import partial
 from typing import Any
 
-from . import conf
-from .exceptions import StampedeError
-from .guards import client_for_url
+from ..core import options as conf
+from ..exceptions import StampedeError
 
 #: Message header that carries per-call overrides to the worker (and into retries).
 HEADER = "stampede_single_flight"
@@ -241,30 +240,13 @@ def lock_name(task_name: str, part: str) -> str:
 
 
 def django_client() -> Any:
-    """Return the Django project's lock client, or None when Django is not in use."""
+    """Return the Django project's lock client, or None when Django is not in use.
+
+    Django is reached only through ``stampede.django_internals`` (imported here lazily, so
+    this module and the guard work without Django).
+    """
     if "django" not in sys.modules and not os.environ.get("DJANGO_SETTINGS_MODULE"):
         return None
-    try:
-        from django.conf import settings
-    except ImportError:
-        return None
-    if not settings.configured and not os.environ.get("DJANGO_SETTINGS_MODULE"):
-        return None
-    lock_url = (getattr(settings, "STAMPEDE", None) or {}).get("LOCK_URL")
-    if lock_url:
-        return client_for_url(lock_url)
-    from django.core.cache import caches
+    from ..django_internals import celery_lock_client
 
-    from .backends import StampedeCache
-    from .stores import store_for
-
-    backend = caches["default"]
-    if isinstance(backend, StampedeCache):
-        return backend._store.client
-    try:
-        return store_for(backend, None).client
-    except ValueError as exc:
-        raise ValueError(
-            f"the Celery task guard needs Redis: CACHES['default'] is not a Redis cache ({exc}); "
-            "set STAMPEDE = {'LOCK_URL': 'redis://...'} in settings"
-        ) from None
+    return celery_lock_client()

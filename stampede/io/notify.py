@@ -32,6 +32,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .channels import ChannelBook, channel_name, listener_connection_kwargs
+from .clients import connection_pool_of
 
 logger = logging.getLogger(__name__)
 
@@ -255,16 +256,6 @@ class Notifier:
 
 _registry: weakref.WeakKeyDictionary[Any, Notifier] = weakref.WeakKeyDictionary()
 _registry_lock = threading.Lock()
-
-
-def connection_pool_of(client: Any) -> Any:
-    """Return the pool behind ``client`` (a Redis client, or a cluster's default node)."""
-    pool = getattr(client, "connection_pool", None)
-    if pool is None and hasattr(client, "get_default_node"):
-        pool = client.get_default_node().redis_connection.connection_pool
-    if pool is None:
-        raise TypeError(f"expected a redis-py client with a connection pool; got {client!r}")
-    return pool
 
 
 def notifier_for(client: Any) -> Notifier:

@@ -25,8 +25,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import conf, events, scripts, watchdog
-from .locking import (
+from ..core import events
+from ..core import options as conf
+from ..io import scripts
+from ..io.clients import connection_pool_of
+from ..io.notify import notifier_for
+from . import watchdog
+from .rules import (
     RELEASED,
     HoldContext,
     MutexBase,
@@ -36,7 +41,6 @@ from .locking import (
     park_time,
     remaining,
 )
-from .notify import connection_pool_of, notifier_for
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,103 @@
+"""Async twin of ``stampede.fill.filler``: ``Filler`` for asyncio code and ``redis.asyncio``.
+
+Usage without Django (FastAPI, aiohttp, scripts)::
+
+    store = stampede.aio.RedisStore(redis.asyncio.Redis.from_url("redis://127.0.0.1:6379/0"))
+    filler = stampede.aio.Filler(store)
+    profile = await filler.get_or_load("profile:42", fetch_profile, timeout=300)
+
+``loader`` may be a coroutine function or a plain function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from ..core import flight
+from ..core.envelope import unwrap_private
+from ..core.flight import SYSTEM_CLOCK, Clock, Verdict, judge, value_of
+from ..core.keys import CacheKey, Name
+from ..core.options import FillOptions
+from ..core.port import AsyncStore
+from ..fill.driver import STORE_ERRORS, unavailable
+from . import local
+from .driver import run_protocol
+
+
+class Filler:
+    """Async twin of :class:`stampede.fill.filler.Filler`.
+
+    Without ``flights``, each event loop coalesces in a group of this filler's own.
+    """
+
+    def __init__(
+        self,
+        store: AsyncStore,
+        options: FillOptions | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        flights: Hashable | None = None,
+    ) -> None:
+        self.store = store
+        self.options = FillOptions() if options is None else options
+        self.clock = clock
+        # A token of its own, never reused while this filler lives (an id() would be).
+        self.flights = object() if flights is None else flights
+
+    def __repr__(self) -> str:
+        return f"<aio.Filler {self.store!r}>"
+
+    async def get_or_load(
+        self,
+        key: CacheKey | Name,
+        loader: Callable[[], Any],
+        timeout: float | None = None,
+        **overrides: Any,
+    ) -> Any:
+        """Async twin of :meth:`stampede.fill.filler.Filler.get_or_load`."""
+        if not callable(loader):
+            raise TypeError(f"loader must be callable; got {loader!r}")
+        key = CacheKey.of(key)
+        options = self.options.replace(**overrides) if overrides else self.options
+        clock = self.clock
+        try:
+            seen = await self.store.read(key)
+        except STORE_ERRORS as exc:
+            seen = unavailable(exc, key, "Read")
+        else:
+            if judge(seen, clock.wall(), options, clock.random()) is Verdict.FRESH:
+                return value_of(seen)
+        return await self._fly(key, loader, timeout, options, seen)
+
+    async def _fly(
+        self,
+        key: CacheKey,
+        loader: Callable[[], Any],
+        timeout: float | None,
+        options: FillOptions,
+        seen: Any,
+    ) -> Any:
+        led = False
+
+        async def lead(serve: Callable[[Any], None]) -> Any:
+            nonlocal led
+            led = True
+            protocol = flight.fill(key.full, timeout, options, self.clock, seen)
+            return await run_protocol(protocol, self.store, key, loader, options.lock_ttl, serve)
+
+        async def on_follow_timeout(waited: float) -> Any:
+            protocol = flight.timed_out(key.full, waited, options)
+            return await run_protocol(protocol, self.store, key, loader, options.lock_ttl)
+
+        flights = local.group(self.flights)
+        value = await flights.run(key.full, lead, options.wait_timeout, on_follow_timeout)
+        if flight.needs_own_load(value, led):
+            value = await run_protocol(
+                flight.load_own(), self.store, key, loader, options.lock_ttl
+            )
+        return unwrap_private(value)
+
+    async def invalidate(self, *keys: CacheKey | Name) -> None:
+        """Async twin of :meth:`stampede.fill.filler.Filler.invalidate`."""
+        await self.store.invalidate([CacheKey.of(key) for key in keys])

@@ -1,0 +1,169 @@
+"""Async twin of ``stampede.fill.store``: the store port over one Redis through ``redis.asyncio``.
+
+The calls are those of ``stampede.fill.calls``, shared with the sync store; only the waiting
+differs (a renewal task per held lock instead of the process's watchdog thread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import pickle
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from ..core.envelope import MISSING, TIMED_OUT, WakeUp, parse_wakeup
+from ..core.flight import LockAttempt
+from ..core.keys import CacheKey, done_channel, lock_key
+from ..fill import calls
+from ..fill.store import Dumps, Loads
+from ..io import clients, scripts
+from .loops import loop_state
+from .notify import Subscription, notifier_for
+
+logger = logging.getLogger(__name__)
+
+
+class RedisStore:
+    """Async twin of :class:`stampede.fill.store.RedisStore`; ``client`` is a ``redis.asyncio``
+    client of the running loop."""
+
+    def __init__(self, client: Any, *, dumps: Dumps = pickle.dumps, loads: Loads = pickle.loads):
+        self.client = client
+        self.dumps = dumps
+        self.loads = loads
+
+    def __repr__(self) -> str:
+        return f"<aio.RedisStore {self.client!r}>"
+
+    @classmethod
+    def twin_of(cls, sync_store: Any) -> RedisStore | None:
+        """Return the running loop's twin of a sync ``RedisStore``, or None if it has none."""
+        client = clients.async_twin(sync_store.client, loop_state().clients)
+        if client is None:
+            return None
+        return cls(client, dumps=sync_store.dumps, loads=sync_store.loads)
+
+    async def read(self, key: CacheKey) -> Any:
+        raw = await self.client.get(key.full)
+        return MISSING if raw is None else self.loads(raw)
+
+    def lock(self, key: CacheKey, ttl: float) -> RedisFillLock:
+        return RedisFillLock(self, key, ttl)
+
+    async def invalidate(self, keys: Sequence[CacheKey]) -> None:
+        for key in keys:
+            await scripts.arun(self.client, scripts.INVALIDATE, *calls.invalidate(key))
+
+
+class WakeUps:
+    """Async twin of :class:`stampede.fill.store.WakeUps`."""
+
+    __slots__ = ("_client", "_key", "_loads", "_subscription")
+
+    def __init__(self, client: Any, key: CacheKey, loads: Loads) -> None:
+        self._client = client
+        self._key = key
+        self._loads = loads
+        self._subscription: Subscription | None = None
+
+    async def subscribe(self) -> None:
+        notifier = notifier_for(self._client)
+        self._subscription = await notifier.subscribe(done_channel(self._key.full))
+
+    async def wait(self, seconds: float) -> WakeUp:
+        assert self._subscription is not None, "subscribe() before wait()"
+        if not await self._subscription.wait(seconds):
+            return TIMED_OUT
+        return parse_wakeup(self._subscription.message, self._loads)
+
+    async def close(self) -> None:
+        if self._subscription is not None:
+            await self._subscription.close()
+            self._subscription = None
+
+
+class RedisFillLock:
+    """Async twin of :class:`stampede.fill.store.RedisFillLock`."""
+
+    __slots__ = ("_key", "_renewal", "_store", "_token", "_ttl", "_wakeups", "lost")
+
+    def __init__(self, store: RedisStore, key: CacheKey, ttl: float) -> None:
+        self._store = store
+        self._key = key
+        self._ttl = ttl
+        self._token: str | None = None
+        self._renewal: asyncio.Task[None] | None = None
+        self._wakeups = WakeUps(store.client, key, store.loads)
+        self.lost = False
+
+    @property
+    def held(self) -> bool:
+        return self._token is not None
+
+    async def attempt(self) -> LockAttempt:
+        token = secrets.token_hex(16)
+        call = calls.acquire(self._key, token, self._ttl)
+        reply = await scripts.arun(self._store.client, scripts.ACQUIRE_READ, *call)
+        attempt = calls.attempt_of(reply, self._store.loads)
+        if attempt.won:
+            self._token = token
+            loop = asyncio.get_running_loop()
+            self._renewal = loop.create_task(self._renew_while_held(token))
+        return attempt
+
+    async def peek(self) -> float | None:
+        return calls.holder_ttl_of_pttl(await self._store.client.pttl(lock_key(self._key.full)))
+
+    async def subscribe(self) -> None:
+        await self._wakeups.subscribe()
+
+    async def wait(self, seconds: float) -> WakeUp:
+        return await self._wakeups.wait(seconds)
+
+    async def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
+        token = self._release_locally()
+        if token is None:
+            return False
+        payload = None if record is MISSING else self._store.dumps(record)
+        call = calls.commit(self._key, token, outcome, payload, ttl)
+        return bool(await scripts.arun(self._store.client, scripts.COMMIT, *call))
+
+    async def close(self) -> None:
+        await self._wakeups.close()
+        token = self._release_locally()
+        if token is None:
+            return
+        try:
+            await scripts.arun(self._store.client, scripts.RELEASE, *calls.release(self._key, token))
+        except RedisError as exc:
+            logger.warning(
+                "stampede: releasing %r failed (%s); it expires by its TTL", self._key.full, exc
+            )
+
+    def _release_locally(self) -> str | None:
+        token, self._token = self._token, None
+        if self._renewal is not None:
+            self._renewal.cancel()
+            self._renewal = None
+        return token
+
+    async def _renew_while_held(self, token: str) -> None:
+        while True:
+            await asyncio.sleep(self._ttl / 3)
+            if self._token != token:
+                return
+            call = calls.extend(self._key, token, self._ttl)
+            try:
+                extended = await scripts.arun(self._store.client, scripts.EXTEND, *call)
+            except RedisError as exc:
+                logger.warning("stampede: renewing the lock of %r failed: %s", self._key.full, exc)
+                continue
+            if not extended:
+                if self._token == token:
+                    self.lost = True
+                    logger.warning("stampede: the lock of %r was lost while loading", self._key.full)
+                return

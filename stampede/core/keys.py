@@ -1,0 +1,121 @@
+"""Every Redis name derived from a lock name or a full cache key ``FK``, and the key object.
+
+Rule: no other module builds a Redis key, channel or glob pattern string.
+Rule: pure (stdlib only): the protocol, the lock, the stores and the adapters all take their
+names from here.
+
+A name without a Redis Cluster hash tag is wrapped as ``{FK}``, so that ``{FK}:lock`` and
+``{FK}:fence`` hash to the slot of ``FK`` itself and multi-key scripts stay legal on a cluster.
+A name that already carries a hash tag (``user{42}:profile``) keeps it: appending a suffix does
+not move its slot, while wrapping it would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+Name = str | bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CacheKey:
+    """One cache entry, named for every store that may hold it.
+
+    ``full`` is the name in Redis (the backend's prefix and version already applied); every
+    lock, fence and channel name derives from it. ``key`` and ``version`` are what a Django
+    backend that is not Redis takes instead (its own ``get(key, version=...)``); a store over
+    Redis ignores them.
+    """
+
+    full: Name
+    key: Any = None
+    version: int | None = None
+
+    @classmethod
+    def of(cls, name: CacheKey | Name) -> CacheKey:
+        """Return ``name`` as a key: a bare ``str``/``bytes`` names itself in Redis."""
+        if isinstance(name, CacheKey):
+            return name
+        if not isinstance(name, (str, bytes)) or not name:
+            raise TypeError(f"a cache key must be a non-empty str or bytes; got {name!r}")
+        return cls(name, name)
+
+
+def _has_hash_tag(name: Name) -> bool:
+    # Redis Cluster hashes the part between the first "{" and the first "}" after it,
+    # provided that part is not empty.
+    opening = name.find("{" if isinstance(name, str) else b"{")
+    if opening == -1:
+        return False
+    closing = name.find("}" if isinstance(name, str) else b"}", opening + 1)
+    return closing > opening + 1
+
+
+def _derive(name: Name, suffix: str) -> Name:
+    if isinstance(name, bytes):
+        tagged = name if _has_hash_tag(name) else b"{" + name + b"}"
+        return tagged + suffix.encode()
+    tagged = name if _has_hash_tag(name) else "{" + name + "}"
+    return tagged + suffix
+
+
+def lock_key(name: Name) -> Name:
+    """Return the key holding the lock token of ``name``."""
+    return _derive(name, LOCK_SUFFIX)
+
+
+def fence_key(name: Name) -> Name:
+    """Return the key holding the last fencing token issued for ``name``."""
+    return _derive(name, ":fence")
+
+
+def done_channel(name: Name) -> Name:
+    """Return the pub/sub channel on which a release of ``name`` is announced."""
+    return _derive(name, DONE_SUFFIX)
+
+
+def holder_key(name: Name) -> Name:
+    """Return the key of a guard's holder record ("<lock token> <holder label>")."""
+    return _derive(name, ":holder")
+
+
+def queued_key(name: Name) -> Name:
+    """Return the key of a guard's queued mark (the id of the one job queued for ``name``)."""
+    return _derive(name, ":queued")
+
+
+# -- glob patterns over many names (for operators' commands) ------------------------------------
+
+LOCK_SUFFIX = ":lock"
+DONE_SUFFIX = ":done"
+
+
+def patterns(template: str, placeholder: str, suffix: str) -> list[str]:
+    """Return globs matching ``_derive(FK, suffix)`` for every full key FK shaped as ``template``.
+
+    ``template`` is a full key built around ``placeholder`` (the cache's own ``make_key``, so
+    a custom prefix, version or key function is honoured). Names whose key carries its own
+    hash tag (``user{42}:x``) are not wrapped in braces, hence a second pattern for them.
+    """
+    if placeholder not in template:  # a key function that hashes keys: the prefix is unknown
+        return [f"*{suffix}"]
+    before, after = (_glob_escape(part) for part in template.split(placeholder, 1))
+    if _has_hash_tag(template):  # the prefix carries a hash tag itself: never wrapped
+        return [f"{before}*{after}{suffix}"]
+    return [f"{{{before}*{after}}}{suffix}", f"{before}*{{?*}}*{after}{suffix}"]
+
+
+def name_of_lock(lock: bytes) -> bytes | None:
+    """Return the name whose lock key is ``lock``, or None if ``lock`` is no lock key."""
+    suffix = LOCK_SUFFIX.encode()
+    if lock.startswith(b"{") and lock.endswith(b"}" + suffix):
+        candidate = lock[1 : -len(suffix) - 1]
+        if lock_key(candidate) == lock:
+            return candidate
+    candidate = lock[: -len(suffix)]
+    return candidate if lock_key(candidate) == lock else None
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + ch if ch in "\\*?[]" else ch for ch in text)

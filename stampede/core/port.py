@@ -1,0 +1,99 @@
+"""The store port: what the fill protocol's drivers need from wherever records and locks live.
+
+Rule: typing only. A store is any object with these methods; ``RedisStore`` (records, locks
+and wake-ups in one Redis) and the Django adapter's ``BackendStore`` (records in any Django
+cache, locks in a Redis) are the two shipped. The asyncio twins have the same shape with
+``async`` methods.
+
+A store hands out one ``FillLock`` per flight: the flight's hold on its key's lock, its
+wake-up subscription and its commit. Putting them behind one object lets a store fuse steps
+into single calls where it can (acquire and read; write, release and publish) and lets the
+drivers stay ignorant of what is fused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from .envelope import WakeUp
+from .flight import LockAttempt
+from .keys import CacheKey
+
+
+class FillLock(Protocol):
+    """One flight's lock on one key, its wake-up subscription and its final write."""
+
+    @property
+    def held(self) -> bool:
+        """True while this flight holds the key's lock (as far as it knows)."""
+        ...
+
+    def attempt(self) -> LockAttempt:
+        """Try once, without waiting; when won, also read the key (see ``LockAttempt``)."""
+        ...
+
+    def peek(self) -> float | None:
+        """Return the seconds the current holder has left, or None if nobody holds the lock."""
+        ...
+
+    def subscribe(self) -> None:
+        """Subscribe (confirmed by the server) to the key's wake-ups."""
+        ...
+
+    def wait(self, seconds: float) -> WakeUp:
+        """Park until a wake-up or ``seconds``; return what the wake-up said."""
+        ...
+
+    def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
+        """Write ``record`` (unless MISSING) only while the lock is ours; release; publish."""
+        ...
+
+    def close(self) -> None:
+        """Release what the flight still holds (lock, subscription): after an error or interrupt."""
+        ...
+
+
+class Store(Protocol):
+    """Where one cache's records live, and the locks that guard their fills."""
+
+    def read(self, key: CacheKey) -> Any:
+        """Return the stored record of ``key`` (an envelope, a plain value...) or ``MISSING``."""
+        ...
+
+    def lock(self, key: CacheKey, ttl: float) -> FillLock:
+        """Return a fresh, unheld lock of ``key`` for one flight (renewed every ttl/3 while held)."""
+        ...
+
+    def invalidate(self, keys: Sequence[CacheKey]) -> None:
+        """Void the fills of ``keys`` in progress and send their waiters back to reload."""
+        ...
+
+
+class AsyncFillLock(Protocol):
+    """Async twin of :class:`FillLock`."""
+
+    @property
+    def held(self) -> bool: ...
+
+    async def attempt(self) -> LockAttempt: ...
+
+    async def peek(self) -> float | None: ...
+
+    async def subscribe(self) -> None: ...
+
+    async def wait(self, seconds: float) -> WakeUp: ...
+
+    async def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
+class AsyncStore(Protocol):
+    """Async twin of :class:`Store`."""
+
+    async def read(self, key: CacheKey) -> Any: ...
+
+    def lock(self, key: CacheKey, ttl: float) -> AsyncFillLock: ...
+
+    async def invalidate(self, keys: Sequence[CacheKey]) -> None: ...

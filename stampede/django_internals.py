@@ -1,0 +1,294 @@
+"""The one module that reads Django's and django-redis's cache internals.
+
+Everything else reaches a Django cache through what this module returns: a store for the fill
+protocol (``store_for``), its asyncio twin (``async_store_for``), the Redis client that holds a
+cache's locks (``lock_client_of``), and the lock client of the Celery guard
+(``celery_lock_client``). Internals change between Django releases; one module to change.
+
+Rule: the write belongs to the lock. Over Redis (Django's ``RedisCache``, django-redis) the
+store is a ``RedisStore`` on a long-lived client of the cache's own primary, with the cache's
+own serializer. Over any other backend (locmem, memcached, database) the ``BackendStore``
+keeps records in the backend and locks in the Redis at ``LOCK_URL``; the token is checked
+immediately before the backend's own ``set``.
+
+Rule: reads of the fill path go to the primary. Django's ``RedisCache`` reads from a random
+replica when it has several ``LOCATION``s; a waiter woken after a fill must not read a replica
+that has not seen it yet.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from .aio.mutex import Mutex as AsyncMutex
+from .aio.store import RedisStore as AsyncRedisStore
+from .aio.store import WakeUps as AsyncWakeUps
+from .aio.loops import loop_state
+from .core.envelope import MISSING
+from .core.flight import LockAttempt
+from .core.keys import CacheKey, lock_key
+from .fill import calls
+from .fill.store import RedisStore, WakeUps, logger
+from .io import clients, scripts
+from .lock.mutex import Mutex
+
+_REDIS_BACKENDS = {"django.core.cache.backends.redis.RedisCache", "django_redis.cache.RedisCache"}
+
+
+def is_redis_backend(backend_class: type) -> bool:
+    """Return True if ``backend_class`` keeps its values in Redis (Django's or django-redis)."""
+    names = {f"{cls.__module__}.{cls.__qualname__}" for cls in backend_class.__mro__}
+    return bool(names & _REDIS_BACKENDS)
+
+
+def store_for(backend: Any, lock_url: str | None) -> RedisStore | BackendStore:
+    """Return the store of a Django cache ``backend`` (locks at ``lock_url`` if not Redis)."""
+    store = _django_redis_store(backend) or _django_builtin_store(backend)
+    if store is not None:
+        return store
+    if lock_url is None:
+        raise ValueError(
+            f"{type(backend).__module__}.{type(backend).__qualname__} is not a Redis cache: "
+            "set OPTIONS['LOCK_URL'] to the Redis that holds the locks"
+        )
+    return BackendStore(backend, clients.for_url(lock_url))
+
+
+def async_store_for(store: RedisStore | BackendStore) -> Any:
+    """Return the running loop's twin of ``store``, or None where it has none (Sentinel)."""
+    if isinstance(store, BackendStore):
+        client = clients.async_twin(store.client, loop_state().clients)
+        return None if client is None else AsyncBackendStore(store.backend, client)
+    return AsyncRedisStore.twin_of(store)
+
+
+def lock_client_of(store: RedisStore | BackendStore) -> Any:
+    """Return the Redis client that holds ``store``'s locks and wake-ups."""
+    return store.client
+
+
+def _django_builtin_store(backend: Any) -> RedisStore | None:
+    try:
+        from django.core.cache.backends.redis import RedisCache
+    except ImportError:  # pragma: no cover - Django < 4.0
+        return None
+    if not isinstance(backend, RedisCache):
+        return None
+    # Django's RedisCacheClient is per backend object, and backends are per thread; the
+    # primary server's URL and pool options identify the pool we keep for the process.
+    django_client = backend._cache
+    primary_url = backend._servers[0]
+    options = django_client._pool_options
+
+    def build() -> Any:
+        pool = django_client._pool_class.from_url(primary_url, **options)
+        return django_client._client(connection_pool=pool)
+
+    identity = ("django", primary_url, tuple(sorted((k, repr(v)) for k, v in options.items())))
+    serializer = django_client._serializer
+    return RedisStore(
+        clients.shared(identity, build), dumps=serializer.dumps, loads=serializer.loads
+    )
+
+
+def _django_redis_store(backend: Any) -> RedisStore | None:
+    try:
+        from django_redis.cache import RedisCache as DjangoRedisCache
+    except ImportError:
+        return None
+    if not isinstance(backend, DjangoRedisCache):
+        return None
+    # django-redis keeps its connection pools per process already; its client's encode and
+    # decode apply the configured serializer and compressor.
+    client = backend.client.get_client(write=True)
+    return RedisStore(client, dumps=backend.client.encode, loads=backend.client.decode)
+
+
+# -- records in any Django cache, locks in Redis ------------------------------------------------
+
+
+class BackendStore:
+    """Records in the Django cache ``backend``; locks and wake-ups in ``lock_client``'s Redis."""
+
+    def __init__(self, backend: Any, lock_client: Any) -> None:
+        self.backend = backend
+        self.client = lock_client
+
+    def __repr__(self) -> str:
+        return f"<BackendStore {type(self.backend).__name__} locks={self.client!r}>"
+
+    def read(self, key: CacheKey) -> Any:
+        return self.backend.get(key.key, MISSING, version=key.version)
+
+    def lock(self, key: CacheKey, ttl: float) -> BackendFillLock:
+        return BackendFillLock(self, key, ttl)
+
+    def invalidate(self, keys: Sequence[CacheKey]) -> None:
+        scripts.run_many(self.client, scripts.INVALIDATE, [calls.invalidate(key) for key in keys])
+
+
+class BackendFillLock:
+    """One flight's lock for a ``BackendStore``: a ``Mutex`` in Redis, records in the backend.
+
+    The record is not in Redis, so nothing is fused: the winner reads the backend after
+    winning, and the ownership check runs immediately before the backend's ``set`` (a holder
+    that lost its lock while loading does not write).
+    """
+
+    def __init__(self, store: BackendStore, key: CacheKey, ttl: float) -> None:
+        self._store = store
+        self._key = key
+        # No fencing token: the ownership check guards the write.
+        self._mutex = Mutex(store.client, key.full, ttl, auto_renew=True, fencing=False)
+        self._wakeups = WakeUps(store.client, key, pickle.loads)
+
+    @property
+    def held(self) -> bool:
+        return self._mutex.token is not None
+
+    def attempt(self) -> LockAttempt:
+        won, holder_ttl = self._mutex.attempt()
+        if not won:
+            return LockAttempt(False, holder_ttl)
+        return LockAttempt(True, record=self._store.read(self._key))
+
+    def peek(self) -> float | None:
+        return calls.holder_ttl_of_pttl(self._store.client.pttl(lock_key(self._key.full)))
+
+    def subscribe(self) -> None:
+        self._wakeups.subscribe()
+
+    def wait(self, seconds: float) -> Any:
+        return self._wakeups.wait(seconds)
+
+    def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
+        if self._mutex.token is None:
+            return False
+        if record is not MISSING:
+            if not self._mutex.owned():
+                self._mutex.release(message=outcome)
+                return False
+            key = self._key
+            self._store.backend.set(key.key, record, timeout=ttl, version=key.version)
+        return self._mutex.release(message=outcome)
+
+    def close(self) -> None:
+        self._wakeups.close()
+        if self._mutex.token is None:
+            return
+        try:
+            self._mutex.release()
+        except RedisError as exc:
+            logger.warning(
+                "stampede: releasing %r failed (%s); it expires by its TTL", self._key.full, exc
+            )
+
+
+class AsyncBackendStore:
+    """Async twin of :class:`BackendStore` (the backend's ``a*`` methods, ``redis.asyncio``)."""
+
+    def __init__(self, backend: Any, lock_client: Any) -> None:
+        self.backend = backend
+        self.client = lock_client
+
+    async def read(self, key: CacheKey) -> Any:
+        return await self.backend.aget(key.key, MISSING, version=key.version)
+
+    def lock(self, key: CacheKey, ttl: float) -> AsyncBackendFillLock:
+        return AsyncBackendFillLock(self, key, ttl)
+
+    async def invalidate(self, keys: Sequence[CacheKey]) -> None:
+        for key in keys:
+            await scripts.arun(self.client, scripts.INVALIDATE, *calls.invalidate(key))
+
+
+class AsyncBackendFillLock:
+    """Async twin of :class:`BackendFillLock`."""
+
+    def __init__(self, store: AsyncBackendStore, key: CacheKey, ttl: float) -> None:
+        self._store = store
+        self._key = key
+        self._mutex = AsyncMutex(store.client, key.full, ttl, auto_renew=True, fencing=False)
+        self._wakeups = AsyncWakeUps(store.client, key, pickle.loads)
+
+    @property
+    def held(self) -> bool:
+        return self._mutex.token is not None
+
+    async def attempt(self) -> LockAttempt:
+        won, holder_ttl = await self._mutex.attempt()
+        if not won:
+            return LockAttempt(False, holder_ttl)
+        return LockAttempt(True, record=await self._store.read(self._key))
+
+    async def peek(self) -> float | None:
+        return calls.holder_ttl_of_pttl(await self._store.client.pttl(lock_key(self._key.full)))
+
+    async def subscribe(self) -> None:
+        await self._wakeups.subscribe()
+
+    async def wait(self, seconds: float) -> Any:
+        return await self._wakeups.wait(seconds)
+
+    async def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
+        if self._mutex.token is None:
+            return False
+        if record is not MISSING:
+            if not await self._mutex.owned():
+                await self._mutex.release(message=outcome)
+                return False
+            key = self._key
+            await self._store.backend.aset(key.key, record, timeout=ttl, version=key.version)
+        return await self._mutex.release(message=outcome)
+
+    async def close(self) -> None:
+        await self._wakeups.close()
+        if self._mutex.token is None:
+            return
+        try:
+            await self._mutex.release()
+        except RedisError as exc:
+            logger.warning(
+                "stampede: releasing %r failed (%s); it expires by its TTL", self._key.full, exc
+            )
+
+
+# -- the Celery guard's lock client ---------------------------------------------------------------
+
+
+def celery_lock_client() -> Any:
+    """Return the Django project's lock client for the Celery guard, or None without Django.
+
+    ``settings.STAMPEDE["LOCK_URL"]`` if set; else the Redis of ``CACHES["default"]``.
+    """
+    if "django" not in sys.modules and not os.environ.get("DJANGO_SETTINGS_MODULE"):
+        return None
+    try:
+        from django.conf import settings
+    except ImportError:
+        return None
+    if not settings.configured and not os.environ.get("DJANGO_SETTINGS_MODULE"):
+        return None
+    lock_url = (getattr(settings, "STAMPEDE", None) or {}).get("LOCK_URL")
+    if lock_url:
+        return clients.for_url(lock_url)
+    from django.core.cache import caches
+
+    from .backends import StampedeCache
+
+    backend = caches["default"]
+    if isinstance(backend, StampedeCache):
+        return lock_client_of(backend.store)
+    try:
+        return lock_client_of(store_for(backend, None))
+    except ValueError as exc:
+        raise ValueError(
+            f"the Celery task guard needs Redis: CACHES['default'] is not a Redis cache ({exc}); "
+            "set STAMPEDE = {'LOCK_URL': 'redis://...'} in settings"
+        ) from None

@@ -1,0 +1,165 @@
+"""The sync driver of the fill protocol: performs ``flight``'s steps with a store.
+
+Rule: decisions live in ``core/flight.py``; this module only does I/O and waiting, and it is
+kept line-for-line parallel with ``aio/driver.py``.
+Rule: the store's I/O errors are mapped here, at the edge (``drive``), to ``StoreUnavailable``
+for the protocol, which applies ``on_redis_error``; a loader's exception goes back unchanged,
+even a ``RedisError`` from the loader's own data source.
+Rule: whatever happens, a flight leaves no lock and no subscription behind (``FlightIO.close``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from ..core import events, flight
+from ..core.keys import CacheKey
+from ..core.port import FillLock, Store
+
+logger = logging.getLogger(__name__)
+
+#: Errors of a store's own I/O: what ``on_redis_error`` is about.
+STORE_ERRORS = (RedisError,)
+
+
+class FlightIO:
+    """Performs the steps of one flight of one key: its lock, its subscription, its loader."""
+
+    def __init__(
+        self,
+        store: Store,
+        key: CacheKey,
+        loader: Callable[[], Any],
+        lock_ttl: float,
+        serve: Callable[[Any], None],
+    ) -> None:
+        self.store = store
+        self.key = key
+        self.loader = loader
+        self.lock_ttl = lock_ttl
+        self.serve = serve
+        self._lock: FillLock | None = None  # made on the first lock step: a hit needs none
+
+    @property
+    def lock(self) -> FillLock:
+        if self._lock is None:
+            self._lock = self.store.lock(self.key, self.lock_ttl)
+        return self._lock
+
+    def perform(self, step: flight.Step) -> Any:
+        if isinstance(step, flight.Read):
+            return self.store.read(self.key)
+        if isinstance(step, flight.TryLock):
+            return self.lock.attempt()
+        if isinstance(step, flight.Subscribe):
+            return self.lock.subscribe()
+        if isinstance(step, flight.Peek):
+            return self.lock.peek()
+        if isinstance(step, flight.Wait):
+            started = time.monotonic()
+            wake = self.lock.wait(step.seconds)
+            events.emit("waited", key=self.key.full, duration=time.monotonic() - started)
+            return wake
+        if isinstance(step, flight.Load):
+            return self._load(step)
+        if isinstance(step, flight.Commit):
+            return self.lock.commit(step.outcome, step.record, step.ttl)
+        if isinstance(step, flight.Serve):
+            return self.serve(step.value)
+        if isinstance(step, flight.Note):
+            return events.emit(step.event, key=self.key.full, duration=step.duration)
+        if isinstance(step, flight.Background):
+            return self._hand_over(step.refresh)
+        raise TypeError(f"unknown protocol step {step!r}")
+
+    def _load(self, step: flight.Load) -> Any:
+        events.emit("load_started", key=self.key.full, locked=step.locked)
+        started = time.monotonic()
+        error: BaseException | None = None
+        try:
+            return self.loader()
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            duration = time.monotonic() - started
+            events.emit("load_finished", key=self.key.full, duration=duration, error=error)
+
+    def _hand_over(self, refresh: flight.Protocol) -> None:
+        """Give the held lock to a background thread that runs ``refresh``."""
+        heir = FlightIO(self.store, self.key, self.loader, self.lock_ttl, nobody)
+        heir._lock, self._lock = self._lock, None
+        threading.Thread(
+            target=_refresh_in_background,
+            args=(refresh, heir),
+            name="stampede-refresh",
+            daemon=True,
+        ).start()
+
+    def close(self) -> None:
+        """Release what the flight still holds: after an interrupt, or a step that raised."""
+        if self._lock is not None:
+            self._lock.close()
+
+
+def nobody(value: Any) -> None:
+    """A background refresh has no coalesced callers to serve."""
+
+
+def drive(protocol: flight.Protocol, io: FlightIO) -> Any:
+    """Return the protocol's result, performing each step it yields with ``io``."""
+    outcome: Any = None
+    error: BaseException | None = None
+    try:
+        while True:
+            try:
+                step = protocol.throw(error) if error is not None else protocol.send(outcome)
+            except StopIteration as stop:
+                return stop.value
+            outcome, error = None, None
+            try:
+                outcome = io.perform(step)
+            except Exception as exc:
+                error = thrown_back(step, exc, io.key)
+    finally:
+        protocol.close()
+        io.close()
+
+
+def thrown_back(step: flight.Step, error: Exception, key: CacheKey) -> Exception:
+    """Return what to throw into the protocol for ``step`` that raised ``error``."""
+    if isinstance(step, flight.Load) or not isinstance(error, STORE_ERRORS):
+        return error
+    return unavailable(error, key, type(step).__name__)
+
+
+def unavailable(error: Exception, key: CacheKey, during: str) -> flight.StoreUnavailable:
+    """Report the store's ``error`` during ``during`` of ``key``; return it for the protocol."""
+    events.emit("redis_error", key=key.full, error=error)
+    logger.warning("stampede: Redis failed during %s of %r: %s", during, key.full, error)
+    return flight.StoreUnavailable(error)
+
+
+def _refresh_in_background(refresh: flight.Protocol, io: FlightIO) -> None:
+    try:
+        drive(refresh, io)
+    except Exception:
+        logger.exception("stampede: background refresh of %r failed", io.key.full)
+
+
+def run_protocol(
+    protocol: flight.Protocol,
+    store: Store,
+    key: CacheKey,
+    loader: Callable[[], Any],
+    lock_ttl: float,
+    serve: Callable[[Any], None] = nobody,
+) -> Any:
+    """Return the result of ``protocol`` for ``key``, driven with ``store`` and ``loader``."""
+    return drive(protocol, FlightIO(store, key, loader, lock_ttl, serve))

@@ -1,0 +1,121 @@
+"""``Filler``: the stampede-safe get-or-load over one store, with or without Django.
+
+The one core object every entry point uses (``StampedeCache``, ``@cached``, pages, scripts with
+a bare ``redis.Redis``). It owns the rules around the protocol:
+
+- the hit check: a fresh record is returned from one read, before any flight, generator or
+  lock object exists (the path most calls take);
+- in-process coalescing: one flight per key per process (``local.py``), its result shared;
+- the follower time-out rule: a caller that waited ``wait_timeout`` on its own process's
+  flight gets ``on_timeout``, the same rule (``flight.timed_out``) as a waiter on another
+  process's lock;
+- the ``DontCache`` rule: a private result is its loader's caller's alone.
+
+Usage without Django::
+
+    store = RedisStore(redis.Redis.from_url("redis://127.0.0.1:6379/0"))
+    filler = Filler(store, FillOptions(lock_ttl=10, wait_timeout=5))
+    profile = filler.get_or_load("profile:42", lambda: load_profile(42), timeout=300)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from ..core import flight
+from ..core.envelope import unwrap_private
+from ..core.flight import SYSTEM_CLOCK, Clock, Verdict, judge, value_of
+from ..core.keys import CacheKey, Name
+from ..core.options import FillOptions
+from ..core.port import Store
+from . import local
+from .driver import STORE_ERRORS, run_protocol, unavailable
+
+
+class Filler:
+    """Return values of one store's keys, each loaded by at most one caller cluster-wide.
+
+    Args:
+        store: where records and locks live (``RedisStore``, or the Django adapter's stores).
+        options: the fill options (``FillOptions``); per-call overrides go to ``get_or_load``.
+        clock: time and randomness (tests hold them still).
+        flights: the process's flight group to coalesce in; callers that must coalesce with
+            each other (every thread's backend object of one cache) share one. Default: a
+            group of this filler's own.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        options: FillOptions | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        flights: local.FlightGroup | None = None,
+    ) -> None:
+        self.store = store
+        self.options = FillOptions() if options is None else options
+        self.clock = clock
+        self.flights = local.FlightGroup() if flights is None else flights
+
+    def __repr__(self) -> str:
+        return f"<Filler {self.store!r}>"
+
+    def get_or_load(
+        self,
+        key: CacheKey | Name,
+        loader: Callable[[], Any],
+        timeout: float | None = None,
+        **overrides: Any,
+    ) -> Any:
+        """Return the value of ``key``, calling ``loader()`` on a miss, once cluster-wide.
+
+        ``timeout`` is the value's lifetime in seconds (None: forever). Keyword ``overrides``
+        replace options for this call (``grace=60``, ``wait_timeout=2``, ...).
+        """
+        if not callable(loader):
+            raise TypeError(f"loader must be callable; got {loader!r}")
+        key = CacheKey.of(key)
+        options = self.options.replace(**overrides) if overrides else self.options
+        clock = self.clock
+        try:
+            seen = self.store.read(key)
+        except STORE_ERRORS as exc:
+            seen = unavailable(exc, key, "Read")
+        else:
+            if judge(seen, clock.wall(), options, clock.random()) is Verdict.FRESH:
+                return value_of(seen)
+        return self._fly(key, loader, timeout, options, seen)
+
+    def _fly(
+        self,
+        key: CacheKey,
+        loader: Callable[[], Any],
+        timeout: float | None,
+        options: FillOptions,
+        seen: Any,
+    ) -> Any:
+        led = False
+
+        def lead(serve: Callable[[Any], None]) -> Any:
+            nonlocal led
+            led = True
+            protocol = flight.fill(key.full, timeout, options, self.clock, seen)
+            return run_protocol(protocol, self.store, key, loader, options.lock_ttl, serve)
+
+        def on_follow_timeout(waited: float) -> Any:
+            protocol = flight.timed_out(key.full, waited, options)
+            return run_protocol(protocol, self.store, key, loader, options.lock_ttl)
+
+        name: Hashable = key.full
+        value = self.flights.run(name, lead, options.wait_timeout, on_follow_timeout)
+        if flight.needs_own_load(value, led):
+            value = run_protocol(
+                flight.load_own(), self.store, key, loader, options.lock_ttl
+            )
+        return unwrap_private(value)
+
+    def invalidate(self, *keys: CacheKey | Name) -> None:
+        """Void fills of ``keys`` in progress (their values must not be stored) and wake their
+        waiters to load afresh. Deleting the values themselves is the caller's business."""
+        self.store.invalidate([CacheKey.of(key) for key in keys])

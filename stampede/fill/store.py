@@ -1,0 +1,170 @@
+"""The store port over one Redis: records, locks and wake-ups of a cache in the same server.
+
+Rule: the write belongs to the lock. The token check, the write, the release and the publish
+are one Lua call (``COMMIT``), so a holder that lost its lock while loading never writes.
+
+Rule: fused where Redis allows. Acquiring also reads the key (the winner knows at once whether
+the previous holder just filled it); a small record travels inside the wake-up message, so
+waiting processes answer without a ``GET``. The calls themselves live in ``calls.py``, shared
+with the asyncio twin.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import secrets
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from ..core.envelope import MISSING, TIMED_OUT, WakeUp, parse_wakeup
+from ..core.flight import LockAttempt
+from ..core.keys import CacheKey, done_channel, lock_key
+from ..io import scripts
+from ..io.notify import Subscription, notifier_for
+from ..lock import watchdog
+from . import calls
+
+logger = logging.getLogger(__name__)
+
+Dumps = Callable[[Any], bytes]
+Loads = Callable[[bytes], Any]
+
+
+class RedisStore:
+    """Records of one cache in Redis, serialized by ``dumps``/``loads``; locks beside them.
+
+    ``client`` is a long-lived redis-py client (``redis.Redis``, a Sentinel master, ...); use one
+    per process and server (``stampede.io.clients``), never one per call.
+    """
+
+    def __init__(self, client: Any, *, dumps: Dumps = pickle.dumps, loads: Loads = pickle.loads):
+        self.client = client
+        self.dumps = dumps
+        self.loads = loads
+
+    def __repr__(self) -> str:
+        return f"<RedisStore {self.client!r}>"
+
+    def read(self, key: CacheKey) -> Any:
+        raw = self.client.get(key.full)
+        return MISSING if raw is None else self.loads(raw)
+
+    def lock(self, key: CacheKey, ttl: float) -> RedisFillLock:
+        return RedisFillLock(self, key, ttl)
+
+    def invalidate(self, keys: Sequence[CacheKey]) -> None:
+        scripts.run_many(self.client, scripts.INVALIDATE, [calls.invalidate(key) for key in keys])
+
+
+class WakeUps:
+    """A flight's confirmed subscription to its key's wake-ups, on the lock client's listener."""
+
+    __slots__ = ("_client", "_key", "_loads", "_subscription")
+
+    def __init__(self, client: Any, key: CacheKey, loads: Loads) -> None:
+        self._client = client
+        self._key = key
+        self._loads = loads
+        self._subscription: Subscription | None = None
+
+    def subscribe(self) -> None:
+        notifier = notifier_for(self._client)
+        self._subscription = notifier.subscribe(done_channel(self._key.full))
+
+    def wait(self, seconds: float) -> WakeUp:
+        assert self._subscription is not None, "subscribe() before wait()"
+        if not self._subscription.wait(seconds):
+            return TIMED_OUT
+        return parse_wakeup(self._subscription.message, self._loads)
+
+    def close(self) -> None:
+        if self._subscription is not None:
+            self._subscription.close()
+            self._subscription = None
+
+
+class RedisFillLock:
+    """One flight's lock on one key in a ``RedisStore`` (see ``stampede.core.port.FillLock``).
+
+    While held, the process's watchdog thread extends it every ``ttl / 3``, so a slow loader
+    keeps it; a refused extension marks it ``lost`` (the commit then writes nothing).
+    """
+
+    __slots__ = ("_key", "_renewal", "_store", "_token", "_ttl", "_wakeups", "lost")
+
+    def __init__(self, store: RedisStore, key: CacheKey, ttl: float) -> None:
+        self._store = store
+        self._key = key
+        self._ttl = ttl
+        self._token: str | None = None
+        self._renewal: watchdog.Renewal | None = None
+        self._wakeups = WakeUps(store.client, key, store.loads)
+        self.lost = False
+
+    @property
+    def held(self) -> bool:
+        return self._token is not None
+
+    def attempt(self) -> LockAttempt:
+        token = secrets.token_hex(16)
+        reply = scripts.run(self._store.client, scripts.ACQUIRE_READ, *calls.acquire(self._key, token, self._ttl))
+        attempt = calls.attempt_of(reply, self._store.loads)
+        if attempt.won:
+            self._token = token
+            self._renewal = watchdog.schedule(self._renew, self._ttl / 3)
+        return attempt
+
+    def peek(self) -> float | None:
+        return calls.holder_ttl_of_pttl(self._store.client.pttl(lock_key(self._key.full)))
+
+    def subscribe(self) -> None:
+        self._wakeups.subscribe()
+
+    def wait(self, seconds: float) -> WakeUp:
+        return self._wakeups.wait(seconds)
+
+    def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
+        token = self._release_locally()
+        if token is None:
+            return False
+        payload = None if record is MISSING else self._store.dumps(record)
+        call = calls.commit(self._key, token, outcome, payload, ttl)
+        return bool(scripts.run(self._store.client, scripts.COMMIT, *call))
+
+    def close(self) -> None:
+        self._wakeups.close()
+        token = self._release_locally()
+        if token is None:
+            return
+        try:
+            scripts.run(self._store.client, scripts.RELEASE, *calls.release(self._key, token))
+        except RedisError as exc:
+            logger.warning(
+                "stampede: releasing %r failed (%s); it expires by its TTL", self._key.full, exc
+            )
+
+    def _release_locally(self) -> str | None:
+        token, self._token = self._token, None
+        if self._renewal is not None:
+            self._renewal.cancel()
+            self._renewal = None
+        return token
+
+    def _renew(self) -> bool:
+        """Watchdog callback: extend while held; stop at the commit or the first refusal."""
+        token = self._token
+        if token is None:
+            return False
+        try:
+            extended = scripts.run(self._store.client, scripts.EXTEND, *calls.extend(self._key, token, self._ttl))
+        except RedisError as exc:
+            # Redis may be back before the TTL runs out; if not, the next one is refused.
+            logger.warning("stampede: renewing the lock of %r failed: %s", self._key.full, exc)
+            return True
+        if not extended and self._token == token:
+            self.lost = True
+            logger.warning("stampede: the lock of %r was lost while loading", self._key.full)
+        return bool(extended)

@@ -1,0 +1,122 @@
+"""The one place where django-stampede finds and builds Redis clients.
+
+Rule: one long-lived client (one connection pool) per server per process, and one asyncio
+twin of it per event loop. A client per call would cost a connection per call, and Django's
+``RedisCache`` builds a client object on every call, which costs as much as the round trip.
+
+Rule: registries hold pools weakly or by a stable identity, never by ``id()``: an id is reused
+once its object is collected, and a new pool must never inherit a dead pool's clients.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+import weakref
+from collections.abc import Callable, Hashable
+from typing import Any
+
+_shared: dict[Hashable, Any] = {}
+_shared_lock = threading.Lock()
+
+
+def shared(identity: Hashable, build: Callable[[], Any]) -> Any:
+    """Return this process's client for ``identity``, built once by ``build()``."""
+    client = _shared.get(identity)
+    if client is None:
+        with _shared_lock:
+            client = _shared.get(identity)
+            if client is None:
+                client = _shared[identity] = build()
+    return client
+
+
+def for_url(url: str) -> Any:
+    """Return this process's ``redis.Redis`` for ``url`` (``redis://``, ``rediss://``, ``unix://``;
+    AUTH and TLS settings as the URL gives them)."""
+    if not isinstance(url, str) or not url:
+        raise TypeError(f"url must be a Redis URL string; got {url!r}")
+    import redis
+
+    return shared(("url", url), lambda: redis.Redis.from_url(url))
+
+
+def connection_pool_of(client: Any) -> Any:
+    """Return the pool behind ``client`` (a Redis client, or a cluster's default node)."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None and hasattr(client, "get_default_node"):
+        pool = client.get_default_node().redis_connection.connection_pool
+    if pool is None:
+        raise TypeError(f"expected a redis-py client with a connection pool; got {client!r}")
+    return pool
+
+
+# -- asyncio twins: one per event loop and sync pool -------------------------------------------
+
+# Connection arguments that hold sync-only objects, or per-connection state the async pool
+# makes itself.
+_SYNC_ONLY = {
+    "parser_class",
+    "retry",
+    "event_dispatcher",
+    "maint_notifications_pool_handler",
+    "maint_notifications_config",
+    "oss_cluster_maint_notifications_handler",
+    "maintenance_state",
+    "maintenance_notification_hash",
+    "orig_host_address",
+    "orig_socket_timeout",
+    "orig_socket_connect_timeout",
+    "himport_registry",
+    "redis_connect_func",
+}
+
+
+def async_twin(sync_client: Any, per_loop: weakref.WeakKeyDictionary[Any, Any]) -> Any:
+    """Return a ``redis.asyncio`` client for the server of ``sync_client``, or None.
+
+    Same host, database, AUTH and TLS as the sync client. ``per_loop`` is the running loop's
+    registry (``stampede.aio.loops``), keyed weakly by the sync pool. None when the sync pool's
+    connections have no asyncio twin (Sentinel-managed pools): use the sync path in a thread.
+    """
+    pool = getattr(sync_client, "connection_pool", None)
+    if pool is None:
+        return None
+    client = per_loop.get(pool)
+    if client is not None:
+        return client
+    import redis.asyncio
+    import redis.asyncio.connection as async_connection
+
+    connection_class = getattr(async_connection, pool.connection_class.__name__, None)
+    if connection_class is None:
+        return None
+    accepted = _init_parameters(connection_class)
+    kwargs = {
+        name: value
+        for name, value in pool.connection_kwargs.items()
+        if name in accepted and name not in _SYNC_ONLY
+    }
+    async_pool = async_connection.ConnectionPool(connection_class=connection_class, **kwargs)
+    client = per_loop[pool] = redis.asyncio.Redis(connection_pool=async_pool)
+    return client
+
+
+def _init_parameters(cls: type) -> set[str]:
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is not None:
+            names.update(inspect.signature(init).parameters)
+    return names
+
+
+def _forget_parent_state() -> None:
+    # A forked child must not share the parent's sockets: it builds its own clients.
+    global _shared_lock
+    _shared.clear()
+    _shared_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_parent_state)
