@@ -60,30 +60,21 @@ class Filler:
             raise TypeError(f"loader must be callable; got {loader!r}")
         key = CacheKey.of(key)
         options = self.options.replace(**overrides) if overrides else self.options
-        clock = self.clock
-        try:
-            seen = await self.store.read(key)
-        except STORE_ERRORS as exc:
-            seen = unavailable(exc, key, "Read")
-        else:
-            if judge(seen, clock.wall(), options, clock.random()) is Verdict.FRESH:
-                return value_of(seen)
-        return await self._fly(key, loader, timeout, options, seen)
-
-    async def _fly(
-        self,
-        key: CacheKey,
-        loader: Callable[[], Any],
-        timeout: float | None,
-        options: FillOptions,
-        seen: Any,
-    ) -> Any:
         led = False
 
         async def lead(serve: Callable[[Any], None]) -> Any:
+            # Coalesced before the first read: see stampede.fill.filler.
             nonlocal led
             led = True
-            protocol = flight.fill(key.full, timeout, options, self.clock, seen)
+            clock = self.clock
+            try:
+                seen = await self.store.read(key)
+            except STORE_ERRORS as exc:
+                seen = unavailable(exc, key, "Read")
+            else:
+                if judge(seen, clock.wall(), options, clock.random()) is Verdict.FRESH:
+                    return value_of(seen)
+            protocol = flight.fill(key.full, timeout, options, clock, seen)
             return await run_protocol(protocol, self.store, key, loader, options.lock_ttl, serve)
 
         async def on_follow_timeout(waited: float) -> Any:
@@ -93,9 +84,7 @@ class Filler:
         flights = local.group(self.flights)
         value = await flights.run(key.full, lead, options.wait_timeout, on_follow_timeout)
         if flight.needs_own_load(value, led):
-            value = await run_protocol(
-                flight.load_own(), self.store, key, loader, options.lock_ttl
-            )
+            value = await run_protocol(flight.load_own(), self.store, key, loader, options.lock_ttl)
         return unwrap_private(value)
 
     async def invalidate(self, *keys: CacheKey | Name) -> None:

@@ -20,7 +20,7 @@ Usage without Django::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any
 
 from ..core import flight
@@ -77,42 +77,32 @@ class Filler:
             raise TypeError(f"loader must be callable; got {loader!r}")
         key = CacheKey.of(key)
         options = self.options.replace(**overrides) if overrides else self.options
-        clock = self.clock
-        try:
-            seen = self.store.read(key)
-        except STORE_ERRORS as exc:
-            seen = unavailable(exc, key, "Read")
-        else:
-            if judge(seen, clock.wall(), options, clock.random()) is Verdict.FRESH:
-                return value_of(seen)
-        return self._fly(key, loader, timeout, options, seen)
-
-    def _fly(
-        self,
-        key: CacheKey,
-        loader: Callable[[], Any],
-        timeout: float | None,
-        options: FillOptions,
-        seen: Any,
-    ) -> Any:
         led = False
 
         def lead(serve: Callable[[Any], None]) -> Any:
+            # Coalesced before the first read: on a cold key, every thread of the process
+            # reading for itself would be the herd again, in GETs. A hit costs the group a
+            # dict entry under its lock, and builds no generator, lock or driver.
             nonlocal led
             led = True
-            protocol = flight.fill(key.full, timeout, options, self.clock, seen)
+            clock = self.clock
+            try:
+                seen = self.store.read(key)
+            except STORE_ERRORS as exc:
+                seen = unavailable(exc, key, "Read")
+            else:
+                if judge(seen, clock.wall(), options, clock.random()) is Verdict.FRESH:
+                    return value_of(seen)
+            protocol = flight.fill(key.full, timeout, options, clock, seen)
             return run_protocol(protocol, self.store, key, loader, options.lock_ttl, serve)
 
         def on_follow_timeout(waited: float) -> Any:
             protocol = flight.timed_out(key.full, waited, options)
             return run_protocol(protocol, self.store, key, loader, options.lock_ttl)
 
-        name: Hashable = key.full
-        value = self.flights.run(name, lead, options.wait_timeout, on_follow_timeout)
+        value = self.flights.run(key.full, lead, options.wait_timeout, on_follow_timeout)
         if flight.needs_own_load(value, led):
-            value = run_protocol(
-                flight.load_own(), self.store, key, loader, options.lock_ttl
-            )
+            value = run_protocol(flight.load_own(), self.store, key, loader, options.lock_ttl)
         return unwrap_private(value)
 
     def invalidate(self, *keys: CacheKey | Name) -> None:
