@@ -36,6 +36,9 @@ from .fill.store import RedisStore
 from .lock.mutex import Mutex
 
 _BACKEND_OPTIONS = ("LOCK_URL", "NEAR_CACHE")
+# Per wrapped alias, full keys that passed its validate_key (bounded sets, cleared when full).
+_valid_keys: dict[str, dict[Any, bool]] = {}
+_VALID_KEYS_MAX = 10_000
 
 
 def _unwrap(record: Any, default: Any) -> Any:
@@ -176,8 +179,24 @@ class StampedeCache(BaseCache):
         )
 
     def _key(self, key: Any, version: Any) -> CacheKey:
-        full = self._wrapped.make_and_validate_key(key, version=version)
+        """Return the key as the wrapped cache names it, validated as the wrapped cache does.
+
+        Validation (Django's memcached-compatibility scan of every character) is remembered
+        per full key: hot keys repeat, and a hit should cost a ``GET``, not a scan.
+        """
+        wrapped = self._wrapped
+        full = wrapped.make_key(key, version=version)
+        valid = self._valid_keys
+        if full not in valid:
+            wrapped.validate_key(full)
+            if len(valid) >= _VALID_KEYS_MAX:
+                valid.clear()
+            valid[full] = True
         return CacheKey(full, key, version)
+
+    @cached_property
+    def _valid_keys(self) -> dict[Any, bool]:
+        return _valid_keys.setdefault(self._location, {})
 
     def _resolve_timeout(self, timeout: Any) -> float | None:
         if timeout is DEFAULT_TIMEOUT:

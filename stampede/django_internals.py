@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import pickle
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -93,8 +93,26 @@ def _django_builtin_store(backend: Any) -> RedisStore | None:
     identity = ("django", primary_url, tuple(sorted((k, repr(v)) for k, v in options.items())))
     serializer = django_client._serializer
     return RedisStore(
-        clients.shared(identity, build), dumps=serializer.dumps, loads=serializer.loads
+        clients.shared(identity, build), dumps=serializer.dumps, loads=_pickle_first(serializer)
     )
+
+
+def _pickle_first(serializer: Any) -> Callable[[bytes], Any]:
+    """Return ``serializer.loads`` that skips Django's ``int()`` attempt for pickles.
+
+    Django's ``RedisSerializer`` stores ints as digits and everything else as a pickle, and
+    its ``loads`` tries ``int(data)`` first: on a record (always a pickle) that attempt raises
+    and is caught on every hit. A pickle of protocol 2 or later starts with ``0x80``; digits
+    never do.
+    """
+    loads = serializer.loads
+
+    def pickle_first(data: bytes) -> Any:
+        if data[:1] == b"\x80":
+            return pickle.loads(data)
+        return loads(data)
+
+    return pickle_first
 
 
 def _django_redis_store(backend: Any) -> RedisStore | None:

@@ -371,7 +371,7 @@ def refresh(timeout: float | None, options: FillOptions, clock: Clock) -> Protoc
         raise
     load_seconds = clock.monotonic() - started
     soft, hard = expiries(timeout, value, options, clock.random())
-    if isinstance(value, DontCache) or (hard is not None and hard <= 0):
+    if isinstance(value, DontCache) or (soft is not None and soft <= 0):
         # Nothing is stored (the loader's private result, or Django's timeout=0 "do not
         # cache"): waiters in other processes load their own, at once and side by side.
         yield from _release(NOT_SHARED)

@@ -8,7 +8,9 @@ re-raises these as ``ImproperlyConfigured``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
+from functools import partial
 from typing import Any
 
 
@@ -51,32 +53,88 @@ ON_TIMEOUT_CHOICES = ("load", "raise")
 ON_REDIS_ERROR_CHOICES = ("load", "raise")
 
 
+def _number(name: str, value: Any, allowed: str) -> float:
+    """Return ``value`` as a finite float, or raise ``{name} must be {allowed}; got ...``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be {allowed}; got {value!r}")
+    number = float(value)
+    if math.isnan(number) or math.isinf(number):
+        raise ValueError(f"{name} must be {allowed}; got {value!r}")
+    return number
+
+
+def _beta(name: str, value: Any) -> float:
+    """Return the XFetch factor ``value`` (a multiplier, not seconds) as a float >= 0."""
+    allowed = "a number >= 0 (a factor; 1.0 is the XFetch default)"
+    beta = _number(name, value, allowed)
+    if beta < 0:
+        raise ValueError(f"{name} must be {allowed}; got {value!r}")
+    return beta
+
+
+def _fraction(name: str, value: Any) -> float:
+    """Return ``value`` (a fraction of a timeout, not seconds) as a float in [0, 1]."""
+    allowed = "a fraction between 0 and 1"
+    fraction = _number(name, value, allowed)
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"{name} must be {allowed}; got {value!r}")
+    return fraction
+
+
 def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    if name == "on_timeout" and value == "stale":
-        # Only a miss ever waits (a stale entry within GRACE is served at once, never waited
-        # for), so a waiter has no stale value to fall back on.
-        raise ValueError(
-            "on_timeout 'stale' is not an option: a caller only waits on a miss, where there "
-            "is no stale value; use GRACE to serve stale values, and 'load' or 'raise' here"
-        )
     if value not in choices:
         allowed = ", ".join(repr(choice) for choice in choices[:-1]) + f" or {choices[-1]!r}"
         raise ValueError(f"{name} must be {allowed}; got {value!r}")
     return value
 
 
-def _fraction(name: str, value: Any) -> float:
-    value = seconds(name, value, allow_zero=True)
-    if value > 1:
-        raise ValueError(f"{name} must be a fraction between 0 and 1; got {value!r}")
+def _on_timeout(name: str, value: Any) -> str:
+    if value == "stale":
+        # Only a miss ever waits (a stale entry within GRACE is served at once, never waited
+        # for), so a waiter has no stale value to fall back on.
+        raise ValueError(
+            f"{name} 'stale' is not an option: a caller only waits on a miss, where there "
+            "is no stale value; use GRACE to serve stale values, and 'load' or 'raise' here"
+        )
+    return _choice(name, value, ON_TIMEOUT_CHOICES)
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False; got {value!r}")
     return value
+
+
+#: How each option is validated: ``check(name to show in errors, value) -> value to keep``.
+_CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    "lock_ttl": seconds,
+    "wait_timeout": partial(seconds, allow_zero=True),
+    "grace": partial(seconds, allow_zero=True),
+    "early_refresh_beta": _beta,
+    "on_timeout": _on_timeout,
+    "on_redis_error": partial(_choice, choices=ON_REDIS_ERROR_CHOICES),
+    "error_ttl": partial(seconds, allow_zero=True),
+    "timeout_jitter": _fraction,
+    "none_timeout": optional_seconds,
+    "background": _flag,
+}
+
+
+def check_option(option: str, value: Any, shown: str | None = None) -> Any:
+    """Return ``value`` as the option ``option`` keeps it, or raise naming it as ``shown``.
+
+    ``option`` is a field of :class:`FillOptions` (``"lock_ttl"``); ``shown`` is the name the
+    user wrote, ``OPTIONS['LOCK_TTL']`` for a setting, and defaults to ``option`` itself.
+    """
+    return _CHECKS[option](option if shown is None else shown, value)
 
 
 @dataclass(frozen=True)
 class FillOptions:
-    """How one ``get_or_set`` fills a missing or stale entry; every field is float seconds.
+    """How one ``get_or_set`` fills a missing or stale entry; durations are float seconds.
 
     Field names map one-to-one to ``OPTIONS`` keys: ``lock_ttl`` is ``OPTIONS["LOCK_TTL"]``.
+    ``early_refresh_beta`` is a factor and ``timeout_jitter`` a fraction, not seconds.
     """
 
     lock_ttl: float = 30.0
@@ -91,23 +149,8 @@ class FillOptions:
     background: bool = False
 
     def __post_init__(self) -> None:
-        check = object.__setattr__
-        check(self, "lock_ttl", seconds("lock_ttl", self.lock_ttl))
-        check(self, "wait_timeout", seconds("wait_timeout", self.wait_timeout, allow_zero=True))
-        check(self, "grace", seconds("grace", self.grace, allow_zero=True))
-        beta = seconds("early_refresh_beta", self.early_refresh_beta, allow_zero=True)
-        check(self, "early_refresh_beta", beta)
-        check(self, "on_timeout", _choice("on_timeout", self.on_timeout, ON_TIMEOUT_CHOICES))
-        check(
-            self,
-            "on_redis_error",
-            _choice("on_redis_error", self.on_redis_error, ON_REDIS_ERROR_CHOICES),
-        )
-        check(self, "error_ttl", seconds("error_ttl", self.error_ttl, allow_zero=True))
-        check(self, "timeout_jitter", _fraction("timeout_jitter", self.timeout_jitter))
-        check(self, "none_timeout", optional_seconds("none_timeout", self.none_timeout))
-        if not isinstance(self.background, bool):
-            raise TypeError(f"background must be True or False; got {self.background!r}")
+        for option in OPTION_NAMES:
+            object.__setattr__(self, option, check_option(option, getattr(self, option)))
 
     def replace(self, **overrides: Any) -> FillOptions:
         """Return a copy with per-call ``overrides`` (validated like the originals)."""
@@ -120,19 +163,19 @@ class FillOptions:
 
     @classmethod
     def from_settings(cls, options: dict[str, Any]) -> FillOptions:
-        """Return options from a Django ``OPTIONS`` dict with upper-case keys."""
+        """Return options from a Django ``OPTIONS`` dict with upper-case keys.
+
+        Errors name the option as a setting (``OPTIONS['LOCK_TTL']``), not as a field.
+        """
         unknown = [key for key in options if key.lower() not in OPTION_NAMES]
         if unknown:
             allowed = ", ".join(name.upper() for name in OPTION_NAMES)
             raise ValueError(f"unknown option(s) {unknown}; allowed: {allowed}")
-        try:
-            return cls(**{key.lower(): value for key, value in options.items()})
-        except (TypeError, ValueError) as exc:
-            # Name the option as the user wrote it: OPTIONS['LOCK_TTL'], not lock_ttl.
-            field, _, rest = str(exc).partition(" ")
-            if field not in OPTION_NAMES:
-                raise
-            raise type(exc)(f"OPTIONS[{field.upper()!r}] {rest}") from None
+        checked = {}
+        for key, value in options.items():
+            option = key.lower()
+            checked[option] = check_option(option, value, f"OPTIONS[{option.upper()!r}]")
+        return cls(**checked)
 
 
 OPTION_NAMES = tuple(f.name for f in fields(FillOptions))

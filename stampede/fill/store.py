@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 from ..core.envelope import MISSING, TIMED_OUT, WakeUp, parse_wakeup
 from ..core.flight import LockAttempt
 from ..core.keys import CacheKey, done_channel, lock_key
-from ..io import scripts
+from ..io import clients, scripts
 from ..io.notify import Subscription, notifier_for
 from ..lock import watchdog
 from . import calls
@@ -44,12 +44,13 @@ class RedisStore:
         self.client = client
         self.dumps = dumps
         self.loads = loads
+        self._get = clients.fast_get(client)
 
     def __repr__(self) -> str:
         return f"<RedisStore {self.client!r}>"
 
     def read(self, key: CacheKey) -> Any:
-        raw = self.client.get(key.full)
+        raw = self._get(key.full)
         return MISSING if raw is None else self.loads(raw)
 
     def lock(self, key: CacheKey, ttl: float) -> RedisFillLock:

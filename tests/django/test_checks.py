@@ -46,7 +46,7 @@ def ids(messages) -> list[str]:
                 GRACE=60,
                 BACKGROUND=True,
                 EARLY_REFRESH_BETA=0,
-                ON_TIMEOUT="stale",
+                ON_TIMEOUT="raise",
                 ON_REDIS_ERROR="raise",
                 ERROR_TTL=5,
                 TIMEOUT_JITTER=0.1,
@@ -103,7 +103,18 @@ def with_location(location: Any, **options: Any) -> dict[str, Any]:
         (
             stampede_caches(ON_TIMEOUT="lod"),
             "stampede.E007",
-            "OPTIONS['ON_TIMEOUT'] must be 'load', 'stale' or 'raise'; got 'lod'",
+            "OPTIONS['ON_TIMEOUT'] must be 'load' or 'raise'; got 'lod'",
+        ),
+        (
+            stampede_caches(ON_TIMEOUT="stale"),
+            "stampede.E007",
+            "OPTIONS['ON_TIMEOUT'] 'stale' is not an option",
+        ),
+        (
+            stampede_caches(EARLY_REFRESH_BETA=-1),
+            "stampede.E007",
+            "OPTIONS['EARLY_REFRESH_BETA'] must be a number >= 0 (a factor; 1.0 is the XFetch "
+            "default); got -1",
         ),
         (
             stampede_caches(LOCK_TTL=0),
@@ -113,7 +124,7 @@ def with_location(location: Any, **options: Any) -> dict[str, Any]:
         (
             stampede_caches(TIMEOUT_JITTER=2),
             "stampede.E007",
-            "OPTIONS['TIMEOUT_JITTER'] must be a fraction between 0 and 1",
+            "OPTIONS['TIMEOUT_JITTER'] must be a fraction between 0 and 1; got 2",
         ),
         (
             stampede_caches("locmem", LOCK_URL="127.0.0.1:6379"),

@@ -770,8 +770,14 @@ def test_base_cache_methods_return_what_the_wrapped_cache_returns(
         ({"ON_REDIS_ERROR": "ignore"}, r"OPTIONS\['ON_REDIS_ERROR'\] must be 'load' or 'raise'"),
         ({"LOCK_TTL": 0}, r"OPTIONS\['LOCK_TTL'\] must be > 0 seconds"),
         ({"WAIT_TIMEOUT": -1}, r"OPTIONS\['WAIT_TIMEOUT'\] must be >= 0 seconds"),
-        ({"EARLY_REFRESH_BETA": "1"}, r"OPTIONS\['EARLY_REFRESH_BETA'\] must be a number"),
-        ({"TIMEOUT_JITTER": 2}, r"OPTIONS\['TIMEOUT_JITTER'\] must be a fraction"),
+        (
+            {"EARLY_REFRESH_BETA": "1"},
+            r"OPTIONS\['EARLY_REFRESH_BETA'\] must be a number >= 0 \(a factor; .*; got '1'",
+        ),
+        (
+            {"TIMEOUT_JITTER": 2},
+            r"OPTIONS\['TIMEOUT_JITTER'\] must be a fraction between 0 and 1; got 2$",
+        ),
         ({"BACKGROUND": "yes"}, r"OPTIONS\['BACKGROUND'\] must be True or False"),
         ({"UNKNOWN_OPTION": 1}, "unknown option.*UNKNOWN_OPTION"),
         ({"NEAR_CACHE": 100}, "NEAR_CACHE"),

@@ -532,14 +532,14 @@ def test_a_store_failing_at_any_step_of_a_miss_applies_on_redis_error(
         assert run.raised is STORE_DOWN
 
 
-@pytest.mark.parametrize(("written", "notes"), [(True, []), (False, ["lock_lost"])])
-def test_the_background_refresh_loads_and_commits(written, notes):
+@pytest.mark.parametrize(("lock_held", "notes"), [(True, []), (False, ["lock_lost"])])
+def test_the_background_refresh_loads_and_commits(lock_held, notes):
     clock = FakeClock()
     protocol = fill("key", 60.0, FillOptions(grace=5.0, background=True), clock.clock)
     script = [read(stale("old")), won(stale("old")), Step(Background)]
     refresh = drive(protocol, script, clock).steps[-1].refresh
 
-    run = drive(refresh, [load("new"), commit(stored("new", 65.0, NOW + 60), written)], clock)
+    run = drive(refresh, [load("new"), commit(stored("new", 65.0, NOW + 60), lock_held)], clock)
 
     assert run.returned == "new"
     assert run.events == notes
@@ -587,11 +587,6 @@ def test_an_unpicklable_loader_error_is_published_as_a_loader_error():
     assert isinstance(committed.record.exception, LoaderError)  # and so does the stored failure
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="flight.refresh checks the hard ttl (timeout + grace), not the timeout: with "
-    "grace > 0 a timeout=0 value is stored (already stale) and shared for grace seconds",
-)
 def test_timeout_0_stores_nothing_even_with_grace():
     clock = FakeClock()
     script = [*MISS_THEN_WON, load("once"), released(NOT_SHARED)]
