@@ -20,6 +20,7 @@ from typing import Any
 
 from . import charts, measure, plan, report, runner, targets
 from .implementations import ADAPTERS
+from .workload import control_every
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 QUICK_HELP = "smoke run: 2 x 10 clients, 1.5 s churn, 2 000 hit calls, scale to 50, 1 repetition"
@@ -234,6 +235,7 @@ def _meta(scenario: str, size: str, settings: plan.Settings) -> dict[str, Any]:
         "timeout": settings.churn_timeout,
         "seconds": settings.churn_seconds,
         "calls": settings.hit_calls,
+        "control_share": control_every(settings.keys) + 1,
     }
 
 

@@ -12,6 +12,15 @@ Definitions (also stated in docs/benchmarks.md):
 - churn, "stale": a value older than the timeout (plus 10 ms of measuring slack) when returned;
   "waited for a load": the value returned was loaded while the call ran, and the call took at
   least half a load time (a call that merely spanned the moment of the store is quick).
+- churn, control hits: every client also calls the implementation on one control key, filled
+  before the start with a 3600 s timeout, once after every ``workload.control_every(keys)``
+  churn calls (1 in 6 calls with 5 keys). ``hit_p50_ms``/``hit_p99_ms`` are their percentiles
+  over the measured window: the hit latency under the same load. Every other churn figure
+  (percentiles, requests/s, stale, waited, loads per key per expiry) counts churn calls and
+  churn keys only. Redis commands cannot be split by call, so ``cmds_per_req`` divides every
+  command of the window, the control hits' included, by the churn calls (``cmds_per_call``
+  divides by churn and control calls together). ``hit_loads`` counts loads of the control key
+  after the start: 0 unless an implementation lost or refreshed it.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from collections import defaultdict
 from typing import Any
 
 from .runner import RunResult
-from .workload import IMPL, RAW
+from .workload import CONTROL, IMPL, RAW, keys_of
 
 HANDSHAKE = frozenset({"hello", "client", "auth", "select"})
 HARNESS = frozenset({"config", "info", "flushall"})
@@ -152,8 +161,12 @@ def _churn(result: RunResult) -> dict[str, Any]:
     begin = statistics.median(o["go_wall"] for o in result.outcomes) + spec.settle_s
     end = begin + spec.seconds
     calls = [c for c in _calls(result) if begin <= c[0] < end]
-    loads = [ld for o in result.outcomes for ld in o["loads"] if begin <= ld[1] < end]
+    control = [c for c in _calls(result, CONTROL) if begin <= c[0] < end]
+    control_key = keys_of(spec)["control"]
+    all_loads = [ld for o in result.outcomes for ld in o["loads"]]
+    loads = [ld for ld in all_loads if ld[0] != control_key and begin <= ld[1] < end]
     metrics = _common(result, calls)
+    hits = sorted(latency * 1000 for _, latency, age, _ in control if not math.isnan(age))
     windows = load_windows(loads, spec.timeout / 2)
     requests = len(calls)
     metrics.update(
@@ -164,6 +177,13 @@ def _churn(result: RunResult) -> dict[str, Any]:
         rps=requests / spec.seconds,
         cmds_per_req=metrics["cmds"] / requests if requests else math.nan,
         cmds_all_per_req=metrics["cmds_all"] / requests if requests else math.nan,
+        cmds_per_call=metrics["cmds"] / (requests + len(control)) if calls or control else math.nan,
+        hit_calls=len(control),
+        hit_errors=len(control) - len(hits),
+        hit_p50_ms=percentile(hits, 50),
+        hit_p99_ms=percentile(hits, 99),
+        hit_max_ms=hits[-1] if hits else math.nan,
+        hit_loads=sum(ld[0] == control_key for ld in all_loads),
         stale_share=sum(age > spec.timeout + STALE_SLACK_S for _, _, age, _ in calls)
         / max(1, requests),
         waited=sum(age < latency and latency >= spec.load_s / 2 for _, latency, age, _ in calls),

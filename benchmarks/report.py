@@ -52,6 +52,8 @@ COLUMNS: dict[str, list[Column]] = {
         ("p50 ms", lambda r: _ms(r["p50_ms"])),
         ("p99 ms", lambda r: _ms(r["p99_ms"])),
         ("max ms", lambda r: _ms(r["max_ms"])),
+        ("hit p50 ms", lambda r: _ms(r.get("hit_p50_ms"))),
+        ("hit p99 ms", lambda r: _ms(r.get("hit_p99_ms"))),
         ("requests/s", lambda r: _num(r["rps"])),
         ("cmds/request", lambda r: _num(r["cmds_per_req"], 2)),
         ("incl. handshakes", lambda r: _num(r["cmds_all_per_req"], 2)),
@@ -81,7 +83,8 @@ COLUMNS: dict[str, list[Column]] = {
 TITLES = {
     "cold": "cold: {size} clients (processes x threads) on one cold key, loader {load_ms:g} ms",
     "churn": "churn: {size} clients loop over {keys} hot keys, timeout {timeout:g} s, "
-    "loader {load_ms:g} ms, {seconds:g} s measured",
+    "loader {load_ms:g} ms, {seconds:g} s measured; hit = a warm control key, "
+    "1 call in {control_share} (cmds/request includes its commands)",
     "hit": "hit: one thread, one warm key, {calls} calls per kind, timed in alternating blocks",
     "scale": "scale: cold stampede as clients grow (processes x threads), loader {load_ms:g} ms",
 }

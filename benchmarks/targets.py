@@ -6,6 +6,7 @@ was not run). Redis commands are counted without connection handshakes.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .plan import Settings
@@ -91,23 +92,17 @@ def _churn(results: dict) -> list[Check]:
                 round(value, 2) <= 1.02,
             )
         )
-        hit = _row(results, "hit", "stampede-grace") or _row(results, "hit", "stampede")
-        p99 = grace["p99_ms"]
-        if hit is not None:
-            bound = 2 * hit["us_op"] / 1000
-            checks.append(
-                (
-                    "churn with grace: p99 <= 2 x hit-path latency (single-thread hit)",
-                    f"p99 {p99:.2f} ms vs 2 x {hit['us_op']:.0f} us = {bound:.2f} ms",
-                    p99 <= bound,
-                )
-            )
-        bound = 2 * grace["p50_ms"]
+        # The hit latency under the same load: control hits on a key that stays warm for the
+        # whole run, made by the same clients between their churn calls (see measure.py).
+        p99, hit_p99 = grace["p99_ms"], grace.get("hit_p99_ms", math.nan)
+        bound = 2 * hit_p99
         checks.append(
             (
-                "churn with grace: p99 <= 2 x hit-path latency under the same load (its p50)",
-                f"p99 {p99:.2f} ms vs 2 x p50 {grace['p50_ms']:.2f} ms = {bound:.2f} ms",
-                p99 <= bound,
+                "churn with grace: p99 <= 2 x p99 of hits under the same load",
+                f"p99 {p99:.2f} ms vs 2 x hit p99 {hit_p99:.2f} ms = {bound:.2f} ms "
+                f"({grace.get('hit_calls', 0):g} control hits, "
+                f"{grace.get('hit_loads', 0):g} loads of the control key)",
+                None if math.isnan(bound) else p99 <= bound,
             )
         )
         checks.append(

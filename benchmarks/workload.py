@@ -1,8 +1,10 @@
 """Child side: the loader, what each client calls, and the drivers that time the calls.
 
 A *plan* is a generator of ``(kind, key, tag)``: call the implementation (``IMPL``) or raw
-``RedisCache.get`` (``RAW``, the hit baseline) on ``key``; ``tag`` groups calls into timed
-blocks. Plans are shared by the thread driver (sync adapters: T threads per process) and the
+``RedisCache.get`` (``RAW``, the hit baseline) on ``key``, or make a control hit (``CONTROL``,
+churn only: the implementation on a key filled before the start and warm for the whole run, so
+the hit latency is measured under the same load as the churn calls); ``tag`` groups calls into
+timed blocks. Plans are shared by the thread driver (sync adapters: T threads per process) and the
 asyncio driver (async adapters: T tasks on one loop per process), so every implementation runs
 the same calls; only the waiting differs.
 
@@ -25,7 +27,9 @@ from typing import Any
 
 from .plan import RunSpec
 
-IMPL, RAW = 0, 1
+IMPL, RAW, CONTROL = 0, 1, 2
+# The control key's timeout: far longer than any run, so it never expires or refreshes early.
+CONTROL_TIMEOUT = 3600.0
 STARTUP_S = 120.0  # spawned processes import Django and the libraries on a busy 2-core machine
 
 
@@ -91,8 +95,14 @@ def keys_of(spec: RunSpec) -> dict[str, str]:
         "warm": f"bench:{spec.run_id}:warm",
         "hit": f"bench:{spec.run_id}:hit",
         "raw": f"bench:{spec.run_id}:raw",
+        "control": f"bench:{spec.run_id}:control",
         **{f"k{n}": f"bench:{spec.run_id}:k{n}" for n in range(spec.keys)},
     }
+
+
+def control_every(keys: int) -> int:
+    """Return after how many churn calls a churn client makes one control hit (1 in 6 at most)."""
+    return max(keys, 5)
 
 
 def plan(spec: RunSpec, client: int, go_wall: float) -> Iterator[tuple[int, str, int]]:
@@ -102,11 +112,16 @@ def plan(spec: RunSpec, client: int, go_wall: float) -> Iterator[tuple[int, str,
         yield IMPL, keys["cold"], 0
     elif spec.scenario == "churn":
         hot = [keys[f"k{n}"] for n in range(spec.keys)]
+        control, every = keys["control"], control_every(spec.keys)
         end = go_wall + spec.settle_s + spec.seconds
         n = client
+        made = 0
         while time.time() < end:
             yield IMPL, hot[n % len(hot)], 0
             n += 1
+            made += 1
+            if made % every == 0:
+                yield CONTROL, control, 0
     elif spec.scenario == "hit":
         per_block = max(1, spec.calls // spec.blocks)
         for block in range(2 * spec.blocks):
@@ -119,7 +134,11 @@ def plan(spec: RunSpec, client: int, go_wall: float) -> Iterator[tuple[int, str,
 
 
 def _age(value: Any, key: str, now: float, kind: int) -> float | None:
-    """Return the age of a returned value, or None if it is not what the loader made."""
+    """Return the age of a returned value, or None if it is not what the loader made.
+
+    ``IMPL`` and ``CONTROL`` calls alike must return ``(key, loaded_at)`` made by their key's
+    loader; anything else counts as an error.
+    """
     if kind == RAW:
         return 0.0 if value is not None else None
     if isinstance(value, tuple) and len(value) == 2 and value[0] == key:
@@ -139,12 +158,15 @@ def _record(
 
 
 def drive(adapter: Any, raw: Any, calls: Iterator, loaders: dict, timeout: float, rec: Recorder):
-    """Perform ``calls`` with a sync adapter, timing each."""
+    """Perform ``calls`` with a sync adapter, timing each (control hits: ``CONTROL_TIMEOUT``)."""
     perf, wall, impl = time.perf_counter, time.time, adapter.get_or_set
     for kind, key, tag in calls:
         started, t0 = wall(), perf()
         try:
-            value = impl(key, loaders[key], timeout) if kind == IMPL else raw.get(key)
+            if kind == RAW:
+                value = raw.get(key)
+            else:
+                value = impl(key, loaders[key], timeout if kind == IMPL else CONTROL_TIMEOUT)
         except Exception as exc:
             rec.add(kind, tag, started, perf() - t0, math.nan)
             rec.fail(f"{type(exc).__name__}: {exc}")
@@ -160,7 +182,10 @@ async def adrive(
     for kind, key, tag in calls:
         started, t0 = wall(), perf()
         try:
-            value = await impl(key, loaders[key], timeout) if kind == IMPL else raw.get(key)
+            if kind == RAW:
+                value = raw.get(key)
+            else:
+                value = await impl(key, loaders[key], timeout if kind == IMPL else CONTROL_TIMEOUT)
         except Exception as exc:
             rec.add(kind, tag, started, perf() - t0, math.nan)
             rec.fail(f"{type(exc).__name__}: {exc}")
@@ -204,9 +229,18 @@ class Process:
         self.loaders = {key: KeyLoader(key, spec.load_s, self.log) for key in keys.values()}
         self.warm = (keys["hit"] if spec.scenario == "hit" else keys["warm"], keys["raw"])
         self.warm_loader = KeyLoader(self.warm[0], 0.01, [])  # its loads are not counted
+        # churn: the control key is filled before the start; its warm-up load is not logged,
+        # so any load of it in ``self.log`` happened during the run (it should not).
+        self.control = keys["control"] if spec.scenario == "churn" else None
+        self.control_loader = KeyLoader(keys["control"], 0.01, [])
         self.recorders = [Recorder() for _ in range(spec.threads)]
         self.warm_errors: list[str] = []
         self.go_wall = 0.0
+
+    def _check_control(self, value: Any) -> None:
+        """Count a control warm-up that did not return its loader's value as a warm-up error."""
+        if _age(value, self.control, time.time(), CONTROL) is None:
+            self.warm_errors.append(f"control warm-up: unexpected value {value!r}")
 
     def _client_number(self, n: int) -> int:
         return self.index * self.spec.threads + n
@@ -280,6 +314,9 @@ class Process:
         spec = self.spec
         try:
             self.adapter.get_or_set(self.warm[0], self.warm_loader, spec.timeout)
+            if self.control is not None:
+                control = self.control, self.control_loader, CONTROL_TIMEOUT
+                self._check_control(self.adapter.get_or_set(*control))
             if spec.scenario == "hit":
                 self.raw.set(self.warm[1], (self.warm[1], time.time()), spec.timeout)
         except Exception as exc:
@@ -319,6 +356,9 @@ class Process:
         spec = self.spec
         try:
             await self.adapter.get_or_set(self.warm[0], self.warm_loader, spec.timeout)
+            if self.control is not None:
+                control = self.control, self.control_loader, CONTROL_TIMEOUT
+                self._check_control(await self.adapter.get_or_set(*control))
             if spec.scenario == "hit":
                 self.raw.set(self.warm[1], (self.warm[1], time.time()), spec.timeout)
         except Exception as exc:

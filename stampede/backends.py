@@ -112,7 +112,7 @@ class StampedeCache(BaseCache):
         return Filler(self.store, self._options, flights=local.group(self._location))
 
     @property
-    def default_timeout(self) -> float | None:  # type: ignore[override]
+    def default_timeout(self) -> float | None:
         return self._wrapped.default_timeout
 
     @default_timeout.setter

@@ -130,7 +130,7 @@ def cached(
 
         wrapped.invalidate = invalidate
         wrapped.cache_key = cache_key
-        return wrapped  # type: ignore[no-any-return]
+        return wrapped
 
     return decorate
 

@@ -64,4 +64,5 @@ class FlightGroup:
 
 def group(name: Hashable) -> FlightGroup:
     """Return the running loop's flight group called ``name`` (one per cache)."""
-    return loop_state().flight_groups.setdefault(name, FlightGroup())
+    groups: dict[Hashable, FlightGroup] = loop_state().flight_groups
+    return groups.setdefault(name, FlightGroup())

@@ -22,6 +22,7 @@ from ..io import scripts
 from ..io.clients import connection_pool_of
 from ..lock.rules import (
     RELEASED,
+    owned_by,
     MutexBase,
     attempt_result,
     deadline_after,
@@ -149,10 +150,7 @@ class Mutex(MutexBase):
         token = self._token
         if token is None:
             return False
-        value = await self._client.get(self._lock_key)
-        if isinstance(value, bytes):
-            value = value.decode()
-        return value == token
+        return owned_by(await self._client.get(self._lock_key), token)
 
     async def release(self, *, message: bytes = RELEASED) -> bool:
         """Async twin of :meth:`stampede.Mutex.release`."""

@@ -43,19 +43,19 @@ class CacheKey(NamedTuple):
 def _has_hash_tag(name: Name) -> bool:
     # Redis Cluster hashes the part between the first "{" and the first "}" after it,
     # provided that part is not empty.
-    opening = name.find("{" if isinstance(name, str) else b"{")
+    text = name.decode("latin-1") if isinstance(name, bytes) else name
+    opening = text.find("{")
     if opening == -1:
         return False
-    closing = name.find("}" if isinstance(name, str) else b"}", opening + 1)
-    return closing > opening + 1
+    return text.find("}", opening + 1) > opening + 1
 
 
 def _derive(name: Name, suffix: str) -> Name:
     if isinstance(name, bytes):
         tagged = name if _has_hash_tag(name) else b"{" + name + b"}"
         return tagged + suffix.encode()
-    tagged = name if _has_hash_tag(name) else "{" + name + "}"
-    return tagged + suffix
+    text = name if _has_hash_tag(name) else "{" + name + "}"
+    return text + suffix
 
 
 def lock_key(name: Name) -> Name:

@@ -60,18 +60,18 @@ class FlightGroup:
         ``on_follow_timeout(waited)`` instead (the ``on_timeout`` policy).
         """
         with self._lock:
-            flight = self._flights.get(key)
-            leading = flight is None
-            if leading:
+            found = self._flights.get(key)
+            if found is None:
                 flight = self._flights[key] = Flight()
-            elif flight.done is None:
-                flight.done = threading.Event()
-            done = flight.done
-        if not leading:
+            elif found.done is None:
+                done = found.done = threading.Event()
+            else:
+                done = found.done
+        if found is not None:
             events.emit("coalesced", key=key)
             if not done.wait(follow_timeout):
                 return on_follow_timeout(follow_timeout or 0.0)
-            return flight.result()
+            return found.result()
         try:
             value = lead(lambda early: self._settle(key, flight, early, None))
         except BaseException as exc:

@@ -52,7 +52,7 @@ class ChannelBook:
         """Return (the channel's episode, whether a SUBSCRIBE must be sent for it)."""
         episode = self.episodes.get(name)
         created = episode is None
-        if created:
+        if episode is None:
             episode = Episode(self._event_factory())
         episode.subscriptions.add(subscription)
         return episode, created

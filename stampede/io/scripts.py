@@ -236,7 +236,7 @@ def run_many(
         pipe = client.pipeline(transaction=False)
         for keys, args in calls:
             pipe.evalsha(script.sha, len(keys), *keys, *args)
-        return pipe.execute()
+        return list(pipe.execute())
 
     try:
         return send()

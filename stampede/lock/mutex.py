@@ -33,6 +33,7 @@ from ..io.notify import notifier_for
 from . import watchdog
 from .rules import (
     RELEASED,
+    owned_by,
     HoldContext,
     MutexBase,
     attempt_result,
@@ -198,10 +199,7 @@ class Mutex(HoldContext, MutexBase):
         token = self._token
         if token is None:
             return False
-        value = self._client.get(self._lock_key)
-        if isinstance(value, bytes):
-            value = value.decode()
-        return value == token
+        return owned_by(self._client.get(self._lock_key), token)
 
     # -- release ----------------------------------------------------------------------------
 

@@ -84,11 +84,11 @@ class MutexBase:
         return self._token
 
     def _check_acquire(self, blocking: bool, timeout: Any) -> float | None:
-        timeout = conf.optional_seconds("timeout", timeout)
-        if timeout is not None and not blocking:
+        seconds = conf.optional_seconds("timeout", timeout)
+        if seconds is not None and not blocking:
             raise ValueError("timeout cannot be given with blocking=False")
         self._check_not_held()
-        return timeout
+        return seconds
 
     def _check_not_held(self) -> None:
         if self._token is not None:
@@ -115,6 +115,13 @@ class MutexBase:
         self._token = token
         self.fencing_token = fence if self.fencing else None
         self.lost = False
+
+
+def owned_by(lock_value: Any, token: str) -> bool:
+    """Return True if the lock key's value (bytes or str, or None) is ``token``."""
+    if isinstance(lock_value, bytes):
+        lock_value = lock_value.decode()
+    return bool(lock_value == token)
 
 
 def attempt_result(reply: Any) -> tuple[bool, int]:
