@@ -26,10 +26,10 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from .aio.loops import loop_state
 from .aio.mutex import Mutex as AsyncMutex
 from .aio.store import RedisStore as AsyncRedisStore
 from .aio.store import WakeUps as AsyncWakeUps
-from .aio.loops import loop_state
 from .core.envelope import MISSING
 from .core.flight import LockAttempt
 from .core.keys import CacheKey, lock_key

@@ -16,7 +16,7 @@ from typing import Any
 from ..core import events, flight
 from ..core.keys import CacheKey
 from ..core.port import AsyncFillLock, AsyncStore
-from ..fill.driver import nobody, thrown_back
+from ..fill.edge import nobody, thrown_back
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from ..core.flight import SYSTEM_CLOCK, Clock, Verdict, judge, value_of
 from ..core.keys import CacheKey, Name
 from ..core.options import FillOptions
 from ..core.port import AsyncStore
-from ..fill.driver import STORE_ERRORS, unavailable
+from ..fill.edge import STORE_ERRORS, unavailable
 from . import local
 from .driver import run_protocol
 

@@ -22,11 +22,11 @@ from ..io import scripts
 from ..io.clients import connection_pool_of
 from ..lock.rules import (
     RELEASED,
-    owned_by,
     MutexBase,
     attempt_result,
     deadline_after,
     holder_ttl_seconds,
+    owned_by,
     park_time,
     remaining,
 )

@@ -18,8 +18,8 @@ from redis.exceptions import RedisError
 from ..core.envelope import MISSING, TIMED_OUT, WakeUp, parse_wakeup
 from ..core.flight import LockAttempt
 from ..core.keys import CacheKey, done_channel, lock_key
+from ..core.port import Dumps, Loads
 from ..fill import calls
-from ..fill.store import Dumps, Loads
 from ..io import clients, scripts
 from .loops import loop_state
 from .notify import Subscription, notifier_for
@@ -138,7 +138,9 @@ class RedisFillLock:
         if token is None:
             return
         try:
-            await scripts.arun(self._store.client, scripts.RELEASE, *calls.release(self._key, token))
+            await scripts.arun(
+                self._store.client, scripts.RELEASE, *calls.release(self._key, token)
+            )
         except RedisError as exc:
             logger.warning(
                 "stampede: releasing %r failed (%s); it expires by its TTL", self._key.full, exc
@@ -165,5 +167,7 @@ class RedisFillLock:
             if not extended:
                 if self._token == token:
                     self.lost = True
-                    logger.warning("stampede: the lock of %r was lost while loading", self._key.full)
+                    logger.warning(
+                        "stampede: the lock of %r was lost while loading", self._key.full
+                    )
                 return

@@ -31,7 +31,7 @@ import random
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from ..exceptions import WaitTimeout
 from .envelope import (
@@ -147,7 +147,7 @@ class Background:
     refresh: Generator[Step, Any, Any]
 
 
-Step = Union[Read, TryLock, Subscribe, Peek, Wait, Load, Commit, Serve, Note, Background]
+Step = Read | TryLock | Subscribe | Peek | Wait | Load | Commit | Serve | Note | Background
 Protocol = Generator[Step, Any, Any]
 
 
@@ -260,7 +260,9 @@ def fill(
         return (yield Load(locked=False))
 
 
-def _fill(key: Any, timeout: float | None, options: FillOptions, clock: Clock, seen: Any) -> Protocol:
+def _fill(
+    key: Any, timeout: float | None, options: FillOptions, clock: Clock, seen: Any
+) -> Protocol:
     record = (yield Read()) if seen is UNREAD else seen
     verdict = judge(record, clock.wall(), options, clock.random())
     if verdict is Verdict.FRESH:

@@ -21,13 +21,13 @@ def seconds(name: str, value: Any, *, allow_zero: bool = False) -> float:
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number of seconds; got {value!r}")
-    value = float(value)
-    if math.isnan(value) or math.isinf(value):
-        raise ValueError(f"{name} must be a finite number of seconds; got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
+    number = float(value)
+    if math.isnan(number) or math.isinf(number):
+        raise ValueError(f"{name} must be a finite number of seconds; got {number!r}")
+    if number < 0 or (number == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be {bound} seconds; got {value!r}")
-    return value
+        raise ValueError(f"{name} must be {bound} seconds; got {number!r}")
+    return number
 
 
 def optional_seconds(name: str, value: Any) -> float | None:
@@ -85,7 +85,7 @@ def _choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     if value not in choices:
         allowed = ", ".join(repr(choice) for choice in choices[:-1]) + f" or {choices[-1]!r}"
         raise ValueError(f"{name} must be {allowed}; got {value!r}")
-    return value
+    return str(value)
 
 
 def _on_timeout(name: str, value: Any) -> str:

@@ -13,12 +13,16 @@ drivers stay ignorant of what is fused.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from .envelope import WakeUp
 from .flight import LockAttempt
 from .keys import CacheKey
+
+#: A store's serializer: record to bytes, and back.
+Dumps = Callable[[Any], bytes]
+Loads = Callable[[bytes], Any]
 
 
 class FillLock(Protocol):
@@ -62,7 +66,7 @@ class Store(Protocol):
         ...
 
     def lock(self, key: CacheKey, ttl: float) -> FillLock:
-        """Return a fresh, unheld lock of ``key`` for one flight (renewed every ttl/3 while held)."""
+        """Return a fresh, unheld lock of ``key`` for one flight (renewed every ttl/3 if held)."""
         ...
 
     def invalidate(self, keys: Sequence[CacheKey]) -> None:

@@ -49,7 +49,14 @@ def commit(
     ttl_ms = _NO_WRITE if payload is None else (0 if ttl is None else to_ms(ttl))
     carried = travels_with_wakeup(outcome, payload)
     message = FILLED_WITH_RECORD if carried else outcome
-    args = (token, payload or b"", ttl_ms, keys.done_channel(full), message, "1" if carried else "0")
+    args = (
+        token,
+        payload or b"",
+        ttl_ms,
+        keys.done_channel(full),
+        message,
+        "1" if carried else "0",
+    )
     return (full, keys.lock_key(full)), args
 
 

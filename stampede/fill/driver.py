@@ -2,9 +2,9 @@
 
 Rule: decisions live in ``core/flight.py``; this module only does I/O and waiting, and it is
 kept line-for-line parallel with ``aio/driver.py``.
-Rule: the store's I/O errors are mapped here, at the edge (``drive``), to ``StoreUnavailable``
-for the protocol, which applies ``on_redis_error``; a loader's exception goes back unchanged,
-even a ``RedisError`` from the loader's own data source.
+Rule: the store's I/O errors are mapped at the edge (``drive``, with ``edge.thrown_back``) to
+``StoreUnavailable`` for the protocol, which applies ``on_redis_error``; a loader's exception
+goes back unchanged, even a ``RedisError`` from the loader's own data source.
 Rule: whatever happens, a flight leaves no lock and no subscription behind (``FlightIO.close``).
 """
 
@@ -16,16 +16,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from ..core import events, flight
 from ..core.keys import CacheKey
 from ..core.port import FillLock, Store
+from .edge import nobody, thrown_back
 
 logger = logging.getLogger(__name__)
-
-#: Errors of a store's own I/O: what ``on_redis_error`` is about.
-STORE_ERRORS = (RedisError,)
 
 
 class FlightIO:
@@ -108,10 +104,6 @@ class FlightIO:
             self._lock.close()
 
 
-def nobody(value: Any) -> None:
-    """A background refresh has no coalesced callers to serve."""
-
-
 def drive(protocol: flight.Protocol, io: FlightIO) -> Any:
     """Return the protocol's result, performing each step it yields with ``io``."""
     outcome: Any = None
@@ -130,20 +122,6 @@ def drive(protocol: flight.Protocol, io: FlightIO) -> Any:
     finally:
         protocol.close()
         io.close()
-
-
-def thrown_back(step: flight.Step, error: Exception, key: CacheKey) -> Exception:
-    """Return what to throw into the protocol for ``step`` that raised ``error``."""
-    if isinstance(step, flight.Load) or not isinstance(error, STORE_ERRORS):
-        return error
-    return unavailable(error, key, type(step).__name__)
-
-
-def unavailable(error: Exception, key: CacheKey, during: str) -> flight.StoreUnavailable:
-    """Report the store's ``error`` during ``during`` of ``key``; return it for the protocol."""
-    events.emit("redis_error", key=key.full, error=error)
-    logger.warning("stampede: Redis failed during %s of %r: %s", during, key.full, error)
-    return flight.StoreUnavailable(error)
 
 
 def _refresh_in_background(refresh: flight.Protocol, io: FlightIO) -> None:

@@ -30,7 +30,8 @@ from ..core.keys import CacheKey, Name
 from ..core.options import FillOptions
 from ..core.port import Store
 from . import local
-from .driver import STORE_ERRORS, run_protocol, unavailable
+from .driver import run_protocol
+from .edge import STORE_ERRORS, unavailable
 
 
 class Filler:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import pickle
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -22,15 +22,13 @@ from redis.exceptions import RedisError
 from ..core.envelope import MISSING, TIMED_OUT, WakeUp, parse_wakeup
 from ..core.flight import LockAttempt
 from ..core.keys import CacheKey, done_channel, lock_key
+from ..core.port import Dumps, Loads
 from ..io import clients, scripts
 from ..io.notify import Subscription, notifier_for
 from ..lock import watchdog
 from . import calls
 
 logger = logging.getLogger(__name__)
-
-Dumps = Callable[[Any], bytes]
-Loads = Callable[[bytes], Any]
 
 
 class RedisStore:
@@ -111,7 +109,9 @@ class RedisFillLock:
 
     def attempt(self) -> LockAttempt:
         token = secrets.token_hex(16)
-        reply = scripts.run(self._store.client, scripts.ACQUIRE_READ, *calls.acquire(self._key, token, self._ttl))
+        reply = scripts.run(
+            self._store.client, scripts.ACQUIRE_READ, *calls.acquire(self._key, token, self._ttl)
+        )
         attempt = calls.attempt_of(reply, self._store.loads)
         if attempt.won:
             self._token = token
@@ -160,7 +160,9 @@ class RedisFillLock:
         if token is None:
             return False
         try:
-            extended = scripts.run(self._store.client, scripts.EXTEND, *calls.extend(self._key, token, self._ttl))
+            extended = scripts.run(
+                self._store.client, scripts.EXTEND, *calls.extend(self._key, token, self._ttl)
+            )
         except RedisError as exc:
             # Redis may be back before the TTL runs out; if not, the next one is refused.
             logger.warning("stampede: renewing the lock of %r failed: %s", self._key.full, exc)

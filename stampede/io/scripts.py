@@ -78,10 +78,11 @@ COMMIT = Script(
     "commit",
     """
 -- KEYS[1] cache key, KEYS[2] lock key
--- ARGV[1] token, [2] record, [3] hard ttl ms (0 none, -1 write nothing), [4] channel, [5] message, [6] "1" appends the record
+-- ARGV[1] token, [2] record, [3] ttl ms (0: none, -1: no write), [4] channel, [5] message, [6]
 -- returns 1 when the lock was ours: the record is written, the lock released, the waiters
 -- told; 0 when it was not (nothing is written, released or published)
--- A small record travels inside the wake-up message, so waiting processes need no GET.
+-- ARGV[6] "1" appends the record to the message: a small record travels inside the wake-up,
+-- so waiting processes need no GET.
 -- The write belongs to the lock: a holder paused past its TTL must not overwrite the value a
 -- later holder stored, and a delete() during the load (which deletes the lock) voids it.
 if redis.call('GET', KEYS[2]) ~= ARGV[1] then

@@ -203,7 +203,9 @@ def _scan(client: Any, patterns: Sequence[str]) -> Iterator[bytes]:
 
 def _held_locks(cache: StampedeCache, client: Any) -> list[HeldLock]:
     """Return the locks held now under ``cache``'s key prefix, sorted by key."""
-    full_keys = [fk for fk in map(keys.name_of_lock, _scan(client, _patterns(cache, keys.LOCK_SUFFIX))) if fk]
+    full_keys = [
+        fk for fk in map(keys.name_of_lock, _scan(client, _patterns(cache, keys.LOCK_SUFFIX))) if fk
+    ]
     held = []
     for start in range(0, len(full_keys), _PIPELINE_SIZE):
         batch = full_keys[start : start + _PIPELINE_SIZE]
