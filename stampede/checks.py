@@ -23,8 +23,8 @@ from django.core.checks import Warning as CheckWarning
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from .core import options as conf
 from .backends import _BACKEND_OPTIONS, StampedeCache
+from .core import options as conf
 from .django_internals import is_redis_backend
 
 #: Below this LOCK_TTL (seconds) a renewal every LOCK_TTL/3 leaves too little room for one

@@ -31,6 +31,17 @@ def redis(redis_server):
     client.close()
 
 
+@pytest.fixture(params=[None, 2, 3], ids=["default-protocol", "resp2", "resp3"])
+def protocol_client(request, redis_server):
+    """A flushed client of the session server, per protocol: redis-py's default, RESP2, RESP3."""
+    protocol = request.param
+    url = redis_server.url if protocol is None else f"{redis_server.url}?protocol={protocol}"
+    client = redis_py.Redis.from_url(url)
+    client.flushall()
+    yield client
+    client.close()
+
+
 @pytest.fixture
 def fresh_redis_server():
     """A server of this test's own, which it may stop, kill or restart."""

@@ -1,18 +1,85 @@
-"""Run code in several OS processes, each with several threads, all released by one barrier.
+"""Helpers shared by the test packages: callers run together, waits, and Redis measurements.
 
-Processes are started with "spawn": a clean interpreter per process, as a real deployment has,
-and no fork of a parent that already runs listener threads.
+Callers: ``call_together`` (threads of this process, released by one barrier) and
+``run_concurrently`` (several OS processes, each with several threads). Processes are started
+with "spawn": a clean interpreter per process, as a real deployment has, and no fork of a
+parent that already runs listener threads.
+
+Rule: no Celery and no Django here, so every test package can import this module.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import threading
+import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any
 
+import redis as redis_py
+
+from stampede.core import keys
+
 SPAWN = multiprocessing.get_context("spawn")
+
+_clients: dict[str, redis_py.Redis] = {}
+_clients_lock = threading.Lock()
+
+
+# -- waiting -----------------------------------------------------------------------------------
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    """Return once ``predicate()`` holds; fail the test after ``timeout`` seconds.
+
+    Tests poll (the library must not): the bound only catches a hang, it never paces a test.
+    """
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting until {what}")
+        time.sleep(0.01)
+
+
+# -- threads and processes ---------------------------------------------------------------------
+
+
+def in_threads(targets: Iterable[Callable[[], Any]], timeout: float | None = None) -> None:
+    """Run each of ``targets`` in a thread of its own, all at once; return when all have ended.
+
+    ``timeout`` bounds each join (None: no bound); a thread still running then is left behind.
+    """
+    threads = [threading.Thread(target=target, daemon=True) for target in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+
+
+def call_together(calls: Sequence[Callable[[], Any]], timeout: float = 60) -> list[Any]:
+    """Return what each of ``calls`` returned, in the order they returned.
+
+    Each call runs in a thread of its own, and one barrier releases them all at once. A call
+    that raised fails the test here with its exception; ``timeout`` only catches a hang.
+    """
+    barrier = threading.Barrier(len(calls))
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def caller(call: Callable[[], Any]) -> None:
+        barrier.wait()
+        try:
+            results.append(call())
+        except BaseException as exc:
+            errors.append(exc)
+
+    in_threads([partial(caller, call) for call in calls], timeout)
+    if errors:
+        raise errors[0]
+    assert len(results) == len(calls), f"{len(calls) - len(results)} caller(s) hung"
+    return results
 
 
 def run_concurrently(
@@ -42,14 +109,7 @@ def run_concurrently(
 
 
 def _child(target, threads, barrier, results, args) -> None:
-    workers = [
-        threading.Thread(target=_caller, args=(target, barrier, results, args))
-        for _ in range(threads)
-    ]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    in_threads([partial(_caller, target, barrier, results, args)] * threads)
 
 
 def _caller(target, barrier, results, args) -> None:
@@ -58,3 +118,42 @@ def _caller(target, barrier, results, args) -> None:
         results.put(("ok", target(*args)))
     except BaseException as exc:
         results.put(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+
+
+def client_for(url: str) -> redis_py.Redis:
+    """Return this process's client for ``url``, created on first use.
+
+    Every thread of one process shares it (one connection pool), as the threads of a web
+    worker do: the Mutex queues a process's waiters per pool.
+    """
+    with _clients_lock:
+        client = _clients.get(url)
+        if client is None:
+            client = _clients[url] = redis_py.Redis.from_url(url)
+        return client
+
+
+# -- what Redis saw ----------------------------------------------------------------------------
+
+
+def command_calls(client) -> dict[str, int]:
+    """Return ``{command: calls}`` from INFO commandstats (subcommands folded in)."""
+    calls: dict[str, int] = {}
+    for name, stats in client.info("commandstats").items():
+        command = name.removeprefix("cmdstat_").split("|")[0].lower()
+        calls[command] = calls.get(command, 0) + int(stats["calls"])
+    return calls
+
+
+def numsub(client, channel: str | bytes) -> int:
+    """Return how many connections are subscribed to ``channel``."""
+    [(_, count)] = client.pubsub_numsub(channel)
+    return int(count)
+
+
+def subscribers(client, name: str | bytes) -> int:
+    """Return how many connections wait for the release of lock ``name`` (its done channel).
+
+    For a Django cache key, ``name`` is the full key: ``":1:report"`` for ``"report"``.
+    """
+    return numsub(client, keys.done_channel(name))

@@ -1,7 +1,7 @@
 """Celery task guard: no two workers run the same task with the same key at once.
 
 ``@app.task(base=SingleFlightTask, single_flight={...})``. When a worker starts the task it
-takes a :class:`~stampede.guards.Guard` named ``stampede:task:<task name>:<key>``; the lock is
+takes a :class:`~stampede.lock.guard.Guard` named ``stampede:task:<task name>:<key>``; the lock is
 renewed while the task runs, released token-safely when the run ends in any way (success,
 failure, retry, revoke with SIGTERM), released by the worker's main process on behalf of a
 run revoked with SIGKILL, and outlives a dead worker by at most its TTL. A run that finds the
@@ -206,7 +206,8 @@ class SingleFlightTask(Task):
         options = self._options_for(request)
         name = self._name_for(options, args, kwargs)
         client = self._client(options)
-        held = Guard(name, options.ttl, client=client, holder=request.id)
+        # ``name`` is the whole lock name (``stampede:task:...``): no guard prefix on top.
+        held = Guard(name, options.ttl, client=client, holder=request.id, prefix="")
         if not self._take(held, request, options):
             return self._on_duplicate(request, options, name, holder_of(client, name))
         request.single_flight_guard = held

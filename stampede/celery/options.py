@@ -22,13 +22,14 @@ from dataclasses import dataclass, fields, replace
 from functools import partial
 from typing import Any
 
+from ..core import keys
 from ..core import options as conf
 from ..exceptions import StampedeError
 
 #: Message header that carries per-call overrides to the worker (and into retries).
 HEADER = "stampede_single_flight"
 #: Prefix of every task guard's lock name.
-NAME_PREFIX = "stampede:task:"
+NAME_PREFIX = keys.TASK_PREFIX
 #: Key of the marker in a skipped run's result: ``{"stampede_skipped": True, ...}``.
 SKIPPED = "stampede_skipped"
 ON_DUPLICATE_CHOICES = ("skip", "retry", "raise")
@@ -233,7 +234,7 @@ def key_part(options: SingleFlightOptions, signature: inspect.Signature, args, k
 def lock_name(task_name: str, part: str) -> str:
     if len(part) > _MAX_KEY_LENGTH:
         part = "sha256:" + hashlib.sha256(part.encode()).hexdigest()
-    return f"{NAME_PREFIX}{task_name}:{part}"
+    return keys.task_lock_name(task_name, part)
 
 
 # -- where the locks live ---------------------------------------------------------------------

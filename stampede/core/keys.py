@@ -83,6 +83,19 @@ def queued_key(name: Name) -> Name:
     return _derive(name, ":queued")
 
 
+# -- the namespaces of the names stampede makes itself -------------------------------------------
+
+#: Lock names of ``stampede.guard``/``stampede.Guard``: ``stampede:guard:<key>``.
+GUARD_PREFIX = "stampede:guard:"
+#: Lock names of the Celery task guard: ``stampede:task:<task name>:<key>``.
+TASK_PREFIX = "stampede:task:"
+
+
+def task_lock_name(task_name: str, key: str) -> str:
+    """Return the lock name of Celery task ``task_name`` run with ``key``."""
+    return f"{TASK_PREFIX}{task_name}:{key}"
+
+
 # -- glob patterns over many names (for operators' commands) ------------------------------------
 
 LOCK_SUFFIX = ":lock"

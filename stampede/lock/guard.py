@@ -28,7 +28,7 @@ from redis.exceptions import RedisError
 
 from ..core import keys
 from ..core import options as conf
-from ..core.keys import holder_key, queued_key
+from ..core.keys import GUARD_PREFIX, holder_key, queued_key
 from ..io import clients, scripts
 from . import watchdog
 from .mutex import Mutex
@@ -50,8 +50,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Prefix of the lock names made by :func:`guard` (the Celery guard uses ``stampede:task:``).
-GUARD_PREFIX = "stampede:guard:"
 # What a release announces on the name's wake-up channel: any message wakes the waiters.
 _RELEASED = b"released"
 _Function = TypeVar("_Function", bound=Callable[..., Any])
@@ -63,14 +61,14 @@ def client_for_url(url: str) -> Any:
 
 
 class Guard(HoldContext, ContextDecorator):
-    """A self-renewing lock on ``name``: one holder at a time across every process and machine.
+    """A self-renewing lock on ``key``: one holder at a time across every process and machine.
 
     Use it as a context manager (``with Guard(...) as held:``) or as a decorator (each call
     of the decorated function takes the guard afresh). Like a ``Mutex``, one object is one
-    would-be holder and it is not reentrant.
+    would-be holder and it is not reentrant. ``Guard(key)`` and ``guard(key)`` are one lock.
 
     Args:
-        name: the full lock name (:func:`guard` adds the ``stampede:guard:`` prefix).
+        key: what the guard is for; the lock is named ``prefix + key`` (:attr:`name`).
         ttl: seconds the lock outlives a crashed holder; while held it is renewed every
             ``ttl / 3``, so the guarded code may run for longer than this.
         client: a redis-py client; or ``url``, a Redis URL (one client per URL per process).
@@ -78,27 +76,38 @@ class Guard(HoldContext, ContextDecorator):
             :class:`~stampede.LockTimeout`; None waits forever, 0 tries once.
         holder: a label stored next to the lock while held (see :func:`holder_of`), e.g. a
             Celery task id. None stores nothing and saves a round trip.
+        prefix: the namespace of the lock name, ``stampede:guard:`` unless given; ``""``
+            makes ``key`` the full lock name.
+
+    Attributes:
+        name: the lock name, ``prefix + key``: what :func:`holder_of`,
+            :func:`release_held_by` and :class:`~stampede.LockTimeout` name.
     """
 
     def __init__(
         self,
-        name: str,
+        key: str,
         ttl: float = 30.0,
         *,
         client: Any = None,
         url: str | None = None,
         timeout: float | None = None,
         holder: str | None = None,
+        prefix: str = GUARD_PREFIX,
     ) -> None:
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"name must be a non-empty str; got {name!r}")
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"key must be a non-empty str; got {key!r}")
+        if not isinstance(prefix, str):
+            raise TypeError(f"prefix must be a str; got {prefix!r}")
         if (client is None) == (url is None):
             raise TypeError("give exactly one of client= (a redis-py client) or url= (a Redis URL)")
         if url is not None and (not isinstance(url, str) or not url):
             raise TypeError(f"url must be a Redis URL string; got {url!r}")
         if holder is not None and (not isinstance(holder, str) or not holder):
             raise TypeError(f"holder must be a non-empty str or None; got {holder!r}")
-        self.name = name
+        self.key = key
+        self.prefix = prefix
+        self.name = prefix + key
         self.ttl = conf.seconds("ttl", ttl)
         self.timeout = conf.optional_seconds("timeout", timeout)
         self.holder = holder
@@ -225,18 +234,19 @@ class Guard(HoldContext, ContextDecorator):
     def _recreate_cm(self) -> Guard:
         # A Guard is one holder: every call of a decorated function needs its own.
         return Guard(
-            self.name,
+            self.key,
             self.ttl,
             client=self._client,
             url=None if self._client is not None else self._url,
             timeout=self.timeout,
             holder=self.holder,
+            prefix=self.prefix,
         )
 
     def __call__(self, func: _Function) -> _Function:
         if inspect.iscoroutinefunction(func):
             raise TypeError(f"{func!r} is a coroutine function; Guard decorates sync functions")
-        return super().__call__(func)  # type: ignore[return-value]
+        return super().__call__(func)
 
 
 def guard(
@@ -247,16 +257,15 @@ def guard(
     url: str | None = None,
     timeout: float | None = None,
 ) -> Guard:
-    """Return a :class:`Guard` on ``key``: at most one holder at a time, cluster-wide.
+    """Return ``Guard(key, ...)``: at most one holder at a time, cluster-wide.
 
     ``with stampede.guard("nightly-export", url=REDIS_URL) as held: ...`` or, as a decorator,
     ``@stampede.guard("nightly-export", client=redis_client, timeout=0)``. The lock is named
-    ``stampede:guard:<key>``; it is renewed while held, and outlives a crashed holder by at
-    most ``ttl`` seconds. ``held.fencing_token`` is strictly increasing per key.
+    ``stampede:guard:<key>``, as ``Guard(key)``'s is; it is renewed while held, and outlives a
+    crashed holder by at most ``ttl`` seconds. ``held.fencing_token`` is strictly increasing
+    per key.
     """
-    if not isinstance(key, str) or not key:
-        raise TypeError(f"key must be a non-empty str; got {key!r}")
-    return Guard(GUARD_PREFIX + key, ttl, client=client, url=url, timeout=timeout)
+    return Guard(key, ttl, client=client, url=url, timeout=timeout)
 
 
 # -- holder records ----------------------------------------------------------------------------
@@ -282,7 +291,10 @@ def _read_record(client: Any, name: str) -> tuple[str, str] | None:
 
 
 def holder_of(client: Any, name: str) -> str | None:
-    """Return the label of whoever holds the guard ``name`` now, or None (free, or unlabelled)."""
+    """Return the label of whoever holds the guard ``name`` now, or None (free, or unlabelled).
+
+    ``name`` is the lock name, :attr:`Guard.name` (``stampede:guard:<key>`` for ``Guard(key)``).
+    """
     record = _read_record(client, name)
     return None if record is None else record[1]
 
@@ -290,8 +302,9 @@ def holder_of(client: Any, name: str) -> str | None:
 def release_held_by(client: Any, name: str, holder: str) -> bool:
     """Release the guard ``name`` if ``holder`` holds it; return True if something was released.
 
-    For a process that is not the holder (the holder died or was killed). Token-safe: if the
-    hold expired and a newer holder took the lock, the newer hold is left alone::
+    ``name`` is the lock name, :attr:`Guard.name`. For a process that is not the holder (the
+    holder died or was killed). Token-safe: if the hold expired and a newer holder took the
+    lock, the newer hold is left alone::
 
         A holds (record: tA A)     A is killed          B takes the lock: record tB B
         release_held_by(..., "A") reads tB B: not A's -> nothing is deleted

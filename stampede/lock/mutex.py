@@ -33,12 +33,12 @@ from ..io.notify import notifier_for
 from . import watchdog
 from .rules import (
     RELEASED,
-    owned_by,
     HoldContext,
     MutexBase,
     attempt_result,
     deadline_after,
     holder_ttl_seconds,
+    owned_by,
     park_time,
     remaining,
 )

@@ -4,6 +4,9 @@ The worker processes run ``tests.celery.app``; its broker, result backend and lo
 databases 1, 2 and 3 of the session's redis-server, whose URL reaches them through
 ``$STAMPEDE_CELERY_TEST_REDIS``. Tests that use workers never flush Redis (that would drop the
 broker's queue bindings under the running workers): each test works on keys of its own.
+
+Nothing here imports Celery: each module that needs it skips itself without it
+(``pytest.importorskip("celery")``), so the guard tests, which need only Redis, always run.
 """
 
 from __future__ import annotations
@@ -19,8 +22,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-pytest.importorskip("celery")
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = "STAMPEDE_CELERY_TEST_REDIS"  # read by tests/celery/app.py

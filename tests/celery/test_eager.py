@@ -6,20 +6,39 @@ where the guard finds its Redis: the app's config, or Django's settings.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+
+pytest.importorskip("celery")  # skips this module only: test_guard.py needs no Celery
+
 from celery import Celery
 
-from stampede.core import keys
 from stampede.celery import AlreadyQueued, AlreadyRunning, SingleFlightTask, was_skipped
+from stampede.core import keys
 from stampede.lock.guard import Guard, holder_of, queued_job
 
 pytestmark = pytest.mark.celery
 
 
+def eager_app(name: str, **conf: Any) -> Celery:
+    """Return a Celery app that runs its tasks in-process (``task_always_eager``)."""
+    app = Celery(name, set_as_current=False)
+    app.conf.update(task_always_eager=True, **conf)
+    return app
+
+
+def redis_cache(redis_server, db: int) -> dict[str, str]:
+    """Return a CACHES entry: Django's RedisCache on database ``db`` of the session's server."""
+    return {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": f"redis://127.0.0.1:{redis_server.port}/{db}",
+    }
+
+
 @pytest.fixture
 def app(redis, redis_url):
-    app = Celery("eager", set_as_current=False)
-    app.conf.update(task_always_eager=True, stampede_redis_url=redis_url)
+    app = eager_app("eager", stampede_redis_url=redis_url)
     yield app
     app.close()
 
@@ -45,7 +64,8 @@ def make_task(app, **single_flight):
 
 
 def hold(redis, name: str, holder: str = "other-task") -> Guard:
-    guard = Guard(name, 30, client=redis, holder=holder)
+    """Hold the task guard's lock ``name`` (a whole lock name, as ``guard_name`` returns)."""
+    guard = Guard(name, 30, client=redis, holder=holder, prefix="")
     assert guard.acquire(blocking=False)
     return guard
 
@@ -146,15 +166,8 @@ def test_at_enqueue_marks_until_the_task_starts_and_refuses_or_raises_on_duplica
 
 
 def test_without_a_url_the_guard_uses_django_caches_redis(settings, redis, redis_server):
-    settings.CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": f"redis://127.0.0.1:{redis_server.port}/5",
-        }
-    }
-    app = Celery("django-cache", set_as_current=False)
-    app.conf.task_always_eager = True
-    task = make_task(app)
+    settings.CACHES = {"default": redis_cache(redis_server, 5)}
+    task = make_task(eager_app("django-cache"))
     assert task.apply((1,)).get()["fence"] > 0
     held = hold(redis_py_db(redis_server, 5), task.guard_name(1))
     assert was_skipped(task.apply((1,)).get())
@@ -163,15 +176,10 @@ def test_without_a_url_the_guard_uses_django_caches_redis(settings, redis, redis
 
 def test_the_guard_uses_a_stampede_cache_client_or_lock_url(settings, redis, redis_server):
     settings.CACHES = {
-        "backing": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": f"redis://127.0.0.1:{redis_server.port}/6",
-        },
+        "backing": redis_cache(redis_server, 6),
         "default": {"BACKEND": "stampede.backends.StampedeCache", "LOCATION": "backing"},
     }
-    app = Celery("django-stampede", set_as_current=False)
-    app.conf.task_always_eager = True
-    task = make_task(app)
+    task = make_task(eager_app("django-stampede"))
     held = hold(redis_py_db(redis_server, 6), task.guard_name(1))
     assert was_skipped(task.apply((1,)).get())
 
@@ -185,9 +193,7 @@ def test_the_guard_uses_a_stampede_cache_client_or_lock_url(settings, redis, red
 
 def test_without_any_redis_the_guard_says_how_to_configure_one(settings, redis):
     settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
-    app = Celery("no-redis", set_as_current=False)
-    app.conf.task_always_eager = True
-    task = make_task(app)
+    task = make_task(eager_app("no-redis"))
     with pytest.raises(ValueError, match=r"STAMPEDE = \{'LOCK_URL'"):
         task.apply((1,)).get()
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
+from functools import partial
+from pathlib import Path
 
 import pytest
 import redis as redis_py
@@ -23,7 +27,19 @@ from stampede.lock.guard import (
     release_held_by,
     requeue_mark,
 )
-from tests.helpers import run_concurrently
+from tests.helpers import call_together, run_concurrently
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_guard_tests_run_without_celery():
+    # Celery is an extra: this module, its conftest and the guard must import without it.
+    code = (
+        "import sys; sys.modules['celery'] = None; "
+        "import stampede, tests.celery.conftest, tests.celery.test_guard; "
+        "assert sys.modules['celery'] is None"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
 
 
 def test_guard_is_exported_from_the_package():
@@ -128,9 +144,57 @@ def test_bad_arguments_fail_at_once(kwargs, error):
         stampede.guard("x", **kwargs)
 
 
-def test_an_empty_key_fails_at_once():
-    with pytest.raises(TypeError):
-        stampede.guard("", url="redis://127.0.0.1:1/0")
+@pytest.mark.parametrize("make", [stampede.guard, Guard], ids=["guard", "Guard"])
+def test_an_empty_key_fails_at_once(make):
+    with pytest.raises(TypeError, match="key must be a non-empty str"):
+        make("", url="redis://127.0.0.1:1/0")
+
+
+# -- one key, one lock: Guard(key) is guard(key) ------------------------------------------------
+
+
+def test_guard_and_Guard_name_one_lock_for_one_key(redis):
+    assert Guard("export", client=redis).name == f"{GUARD_PREFIX}export"
+    assert stampede.guard("export", client=redis).name == Guard("export", client=redis).name
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [(Guard, stampede.guard), (stampede.guard, Guard)],
+    ids=["Guard-then-guard", "guard-then-Guard"],
+)
+def test_guard_and_Guard_on_one_key_exclude_each_other(redis, first, second):
+    with first("x", client=redis) as held:
+        with pytest.raises(LockTimeout) as caught, second("x", client=redis, timeout=0):
+            pass
+        assert caught.value.name == held.name == f"{GUARD_PREFIX}x"
+    with second("x", client=redis, timeout=0):  # free again once the first is released
+        pass
+
+
+def test_a_prefix_names_another_namespace(redis):
+    with (
+        Guard("x", client=redis, prefix="") as bare,
+        Guard("x", client=redis, prefix="app:") as own,
+    ):
+        assert (bare.name, own.name) == ("x", "app:x")
+        assert redis.exists(keys.lock_key("x"), keys.lock_key("app:x")) == 2
+        with stampede.guard("x", client=redis, timeout=0):  # stampede:guard:x is another lock
+            pass
+
+
+def test_a_decorating_guard_keeps_its_prefix_on_every_call(redis):
+    @Guard("x", client=redis, prefix="app:")
+    def locked() -> bool:
+        return bool(redis.exists(keys.lock_key("app:x")))
+
+    assert locked() and locked()
+    assert not redis.exists(keys.lock_key(f"{GUARD_PREFIX}x"))
+
+
+def test_a_prefix_must_be_a_str():
+    with pytest.raises(TypeError, match="prefix"):
+        Guard("x", url="redis://127.0.0.1:1/0", prefix=None)
 
 
 # -- holder records ----------------------------------------------------------------------------
@@ -139,27 +203,27 @@ def test_an_empty_key_fails_at_once():
 def test_the_holder_record_names_the_holder_while_the_lock_is_held(redis):
     held = Guard("job", 30, client=redis, holder="task-1")
     assert held.acquire(blocking=False)
-    assert holder_of(redis, "job") == "task-1"
+    assert holder_of(redis, held.name) == "task-1"
     assert held.release()
-    assert holder_of(redis, "job") is None
-    assert not redis.exists(holder_key("job"))
+    assert holder_of(redis, held.name) is None
+    assert not redis.exists(holder_key(held.name))
 
 
 def test_a_record_whose_lock_is_gone_names_nobody(redis):
     held = Guard("job", 30, client=redis, holder="task-1")
     assert held.acquire(blocking=False)
-    redis.delete(keys.lock_key("job"))
-    assert holder_of(redis, "job") is None
+    redis.delete(keys.lock_key(held.name))
+    assert holder_of(redis, held.name) is None
     assert held.release() is False
 
 
 def test_another_process_can_release_the_hold_of_a_named_holder_only(redis):
     held = Guard("job", 30, client=redis, holder="task-1")
     assert held.acquire(blocking=False)
-    assert release_held_by(redis, "job", "task-2") is False
-    assert redis.exists(keys.lock_key("job"))
-    assert release_held_by(redis, "job", "task-1") is True
-    assert not redis.exists(keys.lock_key("job"))
+    assert release_held_by(redis, held.name, "task-2") is False
+    assert redis.exists(keys.lock_key(held.name))
+    assert release_held_by(redis, held.name, "task-1") is True
+    assert not redis.exists(keys.lock_key(held.name))
     # The killed holder's own release, had it run, would find the lock no longer its own.
     assert held.release() is False
 
@@ -167,11 +231,11 @@ def test_another_process_can_release_the_hold_of_a_named_holder_only(redis):
 def test_release_by_holder_leaves_a_newer_holders_lock_alone(redis):
     old = Guard("job", 30, client=redis, holder="task-1")
     assert old.acquire(blocking=False)
-    redis.delete(keys.lock_key("job"))  # task-1's hold expired
+    redis.delete(keys.lock_key(old.name))  # task-1's hold expired
     new = Guard("job", 30, client=redis, holder="task-2")
     assert new.acquire(blocking=False)
-    assert release_held_by(redis, "job", "task-1") is False
-    assert holder_of(redis, "job") == "task-2"
+    assert release_held_by(redis, new.name, "task-1") is False
+    assert holder_of(redis, new.name) == "task-2"
     assert new.release()
 
 
@@ -189,7 +253,7 @@ def test_one_mark_per_name_until_it_is_cleared_by_its_own_job(redis):
 
 
 def test_a_running_job_is_reported_instead_of_a_new_mark(redis):
-    held = Guard("job", 30, client=redis, holder="running")
+    held = Guard("job", 30, client=redis, holder="running", prefix="")
     assert held.acquire(blocking=False)
     assert mark_queued(redis, "job", "b", ttl=30) == "running"
     assert queued_job(redis, "job") is None
@@ -214,18 +278,9 @@ def test_a_requeued_job_marks_only_when_nothing_is_marked(redis):
 
 
 def test_concurrent_marks_admit_exactly_one(redis):
-    barrier = threading.Barrier(20)
-    answers: list[str | None] = []
-
-    def mark(n: int) -> None:
-        barrier.wait()
-        answers.append(mark_queued(redis, "job", f"job-{n}", ttl=30))
-
-    threads = [threading.Thread(target=mark, args=(n,)) for n in range(20)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    answers = call_together(
+        [partial(mark_queued, redis, "job", f"job-{n}", ttl=30) for n in range(20)]
+    )
     winners = [n for n in range(20) if f"job-{n}" == queued_job(redis, "job")]
     assert answers.count(None) == 1
     assert set(answers) == {None, f"job-{winners[0]}"}

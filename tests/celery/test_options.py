@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+
+pytest.importorskip("celery")  # skips this module only: test_guard.py needs no Celery
+
 from celery import Celery
 
 from stampede.celery import SingleFlightTask

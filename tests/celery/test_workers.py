@@ -12,16 +12,19 @@ import itertools
 import json
 import os
 import signal
-import threading
 import time
 
 import pytest
+
+pytest.importorskip("celery")  # skips this module only: test_guard.py needs no Celery
+
 from celery import signals
 from celery.exceptions import TaskRevokedError
 
-from stampede.core import keys
 from stampede.celery import SKIPPED, was_skipped
+from stampede.core import keys
 from stampede.lock.guard import holder_of, queued_job, queued_key
+from tests.helpers import call_together, wait_until
 
 pytestmark = [pytest.mark.celery, pytest.mark.timeout(120)]
 
@@ -50,14 +53,6 @@ def open_gate(client, account: str, times: int = 1) -> None:
     client.rpush(f"t:gate:{account}", *([1] * times))
 
 
-def wait_until(predicate, timeout: float = RESULT_TIMEOUT, what: str = "condition") -> None:
-    """Return once ``predicate()`` holds; the bound only catches a hang."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout}s"
-        time.sleep(0.02)
-
-
 def assert_no_overlap(records: list[dict]) -> None:
     ordered = sorted(records, key=lambda run: run["start"])
     for earlier, later in itertools.pairwise(ordered):
@@ -82,6 +77,20 @@ def subscribe_done(client, lock_name: str):
     pubsub.subscribe(keys.done_channel(lock_name))
     assert pubsub.get_message(timeout=5)["type"] == "subscribe"
     return pubsub
+
+
+def assert_released_once(client, done, name: str) -> None:
+    """The run released its lock ``name`` itself (one release message), then its holder record.
+
+    The holder record goes right after the release (which wakes us): see Guard.release.
+    """
+    assert released_messages(done, 1) == 1
+    assert not client.exists(keys.lock_key(name))
+    wait_until(
+        lambda: holder_of(client, name) is None,
+        "the holder record's removal",
+        timeout=RESULT_TIMEOUT,
+    )
 
 
 # -- mutual exclusion --------------------------------------------------------------------------
@@ -158,10 +167,7 @@ def test_a_failing_task_releases_its_lock(workers, celery_app, client, ns):
     with pytest.raises(ValueError, match="failing on purpose"):
         failed.get(timeout=RESULT_TIMEOUT)
 
-    assert released_messages(done, 1) == 1
-    assert not client.exists(keys.lock_key(name))
-    # The holder record goes right after the release (which wakes us): see Guard.release.
-    wait_until(lambda: holder_of(client, name) is None, what="the holder record's removal")
+    assert_released_once(client, done, name)
     # The next run is not taken for a duplicate.
     assert not was_skipped(celery_app.work.delay(account).get(timeout=RESULT_TIMEOUT))
     done.close()
@@ -191,7 +197,7 @@ def test_a_duplicate_with_on_duplicate_retry_runs_after_the_holder(workers, cele
     duplicate = celery_app.work.apply_async(
         (account,), single_flight={"on_duplicate": "retry", "retry_countdown": 0.1}
     )
-    wait_until(lambda: duplicate.state == "RETRY", what="the duplicate's retry")
+    wait_until(lambda: duplicate.state == "RETRY", "the duplicate's retry", timeout=RESULT_TIMEOUT)
     open_gate(client, account)
 
     assert not was_skipped(holder.get(timeout=RESULT_TIMEOUT))
@@ -223,9 +229,7 @@ def test_a_running_task_revoked_with_terminate_releases_its_lock(
     result.revoke(terminate=True, signal=kill_with)
     # A release message: the lock did not just expire (that publishes nothing, and its TTL
     # of 10 s is renewed while the run lives).
-    assert released_messages(done, 1) == 1
-    assert not client.exists(keys.lock_key(name))
-    wait_until(lambda: holder_of(client, name) is None, what="the holder record's removal")
+    assert_released_once(client, done, name)
     with pytest.raises(TaskRevokedError):
         result.get(timeout=RESULT_TIMEOUT)
     assert not was_skipped(celery_app.work.delay(account).get(timeout=RESULT_TIMEOUT))
@@ -248,18 +252,7 @@ def test_twenty_concurrent_delays_enqueue_one_and_the_next_delay_after_it_enqueu
 
     signals.after_task_publish.connect(count, weak=False)
     try:
-        barrier = threading.Barrier(20)
-        ids: list[str] = []
-
-        def call() -> None:
-            barrier.wait()
-            ids.append(task.delay(account).id)
-
-        threads = [threading.Thread(target=call) for _ in range(20)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(RESULT_TIMEOUT)
+        ids = call_together([lambda: task.delay(account).id] * 20, RESULT_TIMEOUT)
         assert len(ids) == 20 and len(set(ids)) == 1
         assert published == ids[:1]
 
@@ -297,7 +290,9 @@ def test_a_revoked_queued_task_clears_its_enqueue_mark(workers, celery_app, clie
 
     with pytest.raises(TaskRevokedError):
         queued.get(timeout=RESULT_TIMEOUT)
-    wait_until(lambda: queued_job(client, name) is None, what="the mark's removal")
+    wait_until(
+        lambda: queued_job(client, name) is None, "the mark's removal", timeout=RESULT_TIMEOUT
+    )
     again = task.delay(account)
     assert again.id != queued.id
     open_gate(client, account)
@@ -313,7 +308,9 @@ def test_a_lost_message_blocks_the_key_only_until_the_enqueue_ttl(celery_app, cl
     assert task.apply_async((account,), queue=f"nobody-{ns}").id == lost.id
     assert 0 < client.pttl(queued_key(name)) <= 500
 
-    wait_until(lambda: queued_job(client, name) is None, what="the mark's expiry")
+    wait_until(
+        lambda: queued_job(client, name) is None, "the mark's expiry", timeout=RESULT_TIMEOUT
+    )
     assert task.apply_async((account,), queue=f"nobody-{ns}").id != lost.id
 
 

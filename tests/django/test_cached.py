@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from stampede import cached
+from tests.helpers import call_together
 
 
 @pytest.fixture
@@ -77,7 +78,6 @@ def test_a_callable_key_receives_the_arguments(cache):
 
 def test_concurrent_calls_run_the_function_once(cache):
     calls = []
-    barrier = threading.Barrier(30)
 
     @cached(timeout=60)
     def slow(x):
@@ -85,17 +85,7 @@ def test_concurrent_calls_run_the_function_once(cache):
         threading.Event().wait(0.2)
         return x
 
-    def call():
-        barrier.wait()
-        results.append(slow(5))
-
-    results: list[int] = []
-    threads = [threading.Thread(target=call) for _ in range(30)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert results == [5] * 30
+    assert call_together([lambda: slow(5)] * 30) == [5] * 30
     assert calls == [5]
 
 
@@ -125,24 +115,17 @@ def test_bad_decorator_arguments_fail_at_decoration():
 def test_dont_cache_results_reach_only_the_caller_that_loaded_them(cache, redis):
     from stampede import DontCache
 
-    barrier = threading.Barrier(20)
-    results: list[str] = []
-
     def loader():
         name = threading.current_thread().name
         threading.Event().wait(0.1)
         return DontCache(f"for {name}")
 
     def call():
-        barrier.wait()
-        results.append((threading.current_thread().name, cache.get_or_load("private", loader)))
+        return (threading.current_thread().name, cache.get_or_load("private", loader))
 
-    threads = [threading.Thread(target=call, name=f"t{i}") for i in range(20)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results = call_together([call] * 20)
 
+    assert len({name for name, _ in results}) == 20  # one thread each, each named apart
     assert sorted(results) == sorted((name, f"for {name}") for name, _ in results)
     assert len(results) == 20
     assert cache.get("private", "absent") == "absent"

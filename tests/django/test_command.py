@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import io
 import re
-import socket
-import threading
-import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 from django.core.cache import caches
@@ -22,21 +18,14 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from stampede import events
-from stampede.core.keys import done_channel
+from stampede.testing import free_port
 from tests.django import workers
+from tests.django.workers import Background, HeldFill, two_caches
+from tests.helpers import subscribers, wait_until
 
 KEY = "report:42"
 FULL_KEY = ":1:report:42"  # Django's default KEY_FUNCTION, empty KEY_PREFIX, VERSION 1
 COUNTER = "loader-calls"
-
-
-def two_caches(redis_url: str, **backing: Any) -> dict[str, Any]:
-    """Return CACHES with ``default`` and ``other``: two StampedeCaches over one Redis."""
-    setting = workers.caches_config(redis_url)
-    setting["backing"].update(backing)
-    setting["backing2"] = dict(setting["backing"])
-    setting["other"] = {"BACKEND": "stampede.backends.StampedeCache", "LOCATION": "backing2"}
-    return setting
 
 
 @pytest.fixture
@@ -68,48 +57,11 @@ def lock_rows(output: str) -> list[list[str]]:
     return rows
 
 
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 30) -> None:
-    """Return once ``predicate()`` holds (the test polls; the library must not)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting until {what}")
-        time.sleep(0.01)
-
-
-def subscribers(redis, full_key: str) -> int:
-    [(_, count)] = redis.pubsub_numsub(done_channel(full_key))
-    return int(count)
-
-
-class Background:
-    """Runs ``call`` in a thread; ``result()`` returns its outcome (see workers.outcome)."""
-
-    def __init__(self, call: Callable[[], Any]) -> None:
-        self._outcome: tuple[Any, ...] | None = None
-        self._thread = threading.Thread(target=self._run, args=(call,), daemon=True)
-        self._thread.start()
-
-    def _run(self, call: Callable[[], Any]) -> None:
-        self._outcome = workers.outcome(call)
-
-    def result(self) -> tuple[Any, ...]:
-        self._thread.join(60)
-        assert not self._thread.is_alive(), "the background call hung"
-        assert self._outcome is not None
-        return self._outcome
-
-
 @pytest.fixture
-def slow_fill(stampede_settings, redis, redis_url) -> Iterator[dict[str, Any]]:
-    """A ``get_or_set(KEY)`` in a thread whose loader holds the lock until ``proceed`` is set."""
-    started, proceed = threading.Event(), threading.Event()
-    loader = workers.counted_loader(redis_url, COUNTER, "first", 0, started, proceed)
-    holder = Background(lambda: caches["default"].get_or_set(KEY, loader, 60))
-    assert started.wait(30), "the loader never started"
-    yield {"holder": holder, "proceed": proceed}
-    proceed.set()
-    holder.result()
+def slow_fill(stampede_settings, redis, redis_url) -> Iterator[HeldFill]:
+    """A ``get_or_set(KEY)`` in a thread whose loader holds the lock until ``finish()``."""
+    with HeldFill(caches["default"], KEY, redis_url, COUNTER) as fill:
+        yield fill
 
 
 # -- status ----------------------------------------------------------------------------------
@@ -147,8 +99,7 @@ def test_status_counts_the_processes_waiting_for_a_slow_fill(slow_fill, redis, r
     [[key, _, _, waiting]] = lock_rows(output)
     assert (key, waiting) == (FULL_KEY, "1")
     assert re.search(r"waiting processes:\s+1 \(subscribers of 1 wake-up channel", output)
-    slow_fill["proceed"].set()
-    assert slow_fill["holder"].result() == ("value", "first")
+    assert slow_fill.finish() == ("value", "first")
     assert waiter.result() == ("value", "first")
     assert int(redis.get(COUNTER)) == 1
 
@@ -163,7 +114,7 @@ def test_status_labels_the_event_counts_as_this_processes_own(stampede_settings)
 def test_status_lists_only_the_locks_under_the_caches_own_prefix(settings, redis, redis_url):
     # A prefix with glob characters: it must match literally, not as a pattern.
     settings.INSTALLED_APPS = ["stampede"]
-    settings.CACHES = two_caches(redis_url, KEY_PREFIX="a*b")
+    settings.CACHES = two_caches(redis_url, backing={"KEY_PREFIX": "a*b"})
     ours = caches["default"].lock("k", ttl=30)
     tagged = caches["default"].lock("user{7}:profile", ttl=30)
     look_alike = caches["default"].lock("k", ttl=30, version=2)  # same prefix, other version
@@ -229,8 +180,7 @@ def test_clear_during_a_slow_fill_sends_the_waiter_to_load_and_drops_the_old_wri
     assert output.startswith(f"Deleted '{{{FULL_KEY}}}:lock'")
 
     assert waiter.result() == ("value", "second")
-    slow_fill["proceed"].set()
-    assert slow_fill["holder"].result() == ("value", "first")  # its caller keeps its value
+    assert slow_fill.finish() == ("value", "first")  # its caller keeps its value
     assert caches["default"].get(KEY) == "second"  # ...but its write was dropped
     assert int(redis.get(COUNTER)) == 2
 
@@ -264,9 +214,7 @@ def test_a_cache_that_is_not_a_stampede_cache_is_a_command_error(stampede_settin
 
 
 def test_an_unreachable_redis_is_a_command_error(settings):
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # nobody listens on it
     settings.INSTALLED_APPS = ["stampede"]
     settings.CACHES = workers.caches_config(f"redis://127.0.0.1:{port}/0")
     with pytest.raises(CommandError, match=r"Redis failed: ConnectionError"):

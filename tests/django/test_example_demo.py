@@ -37,6 +37,20 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def _manage(
+    tmp_path: Path, *args: str, timeout: float = 60, cwd: Path | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run the example project's ``manage.py *args`` to its end, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, str(MANAGE), *args],
+        env=_env(tmp_path, **env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+    )
+
+
 def _row(stdout: str, view: str) -> dict[str, float]:
     line = next(line for line in stdout.splitlines() if line.startswith(view + " "))
     values = line.split()[-6:]
@@ -63,10 +77,9 @@ def _listening(port: int) -> bool:
 @pytest.mark.slow
 def test_demo_prints_its_table_and_writes_its_chart(tmp_path):
     chart = tmp_path / "c.png"
-    result = subprocess.run(
-        [sys.executable, str(MANAGE), "stampede_demo", "--requests", "20", "--workers", "2",
-         "--chart", str(chart)],
-        env=_env(tmp_path), capture_output=True, text=True, timeout=150, cwd=tmp_path,
+    result = _manage(
+        tmp_path, "stampede_demo", "--requests", "20", "--workers", "2", "--chart", str(chart),
+        timeout=150, cwd=tmp_path,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
@@ -118,10 +131,7 @@ def test_ctrl_c_stops_gunicorn_and_redis(tmp_path):
 
 def test_unreachable_redis_url_is_a_one_line_error_naming_the_fix(tmp_path):
     url = f"redis://127.0.0.1:{free_port()}/0"
-    result = subprocess.run(
-        [sys.executable, str(MANAGE), "stampede_demo", "--requests", "5"],
-        env=_env(tmp_path, REDIS_URL=url), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    result = _manage(tmp_path, "stampede_demo", "--requests", "5", REDIS_URL=url)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -130,11 +140,9 @@ def test_unreachable_redis_url_is_a_one_line_error_naming_the_fix(tmp_path):
 
 
 def test_bad_option_is_a_one_line_usage_error(tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(MANAGE), "stampede_demo", "--requests", "0"],
-        env=_env(tmp_path, REDIS_URL="redis://127.0.0.1:1/0"), capture_output=True, text=True,
-        timeout=60,
-    )  # fmt: skip
+    result = _manage(
+        tmp_path, "stampede_demo", "--requests", "0", REDIS_URL="redis://127.0.0.1:1/0"
+    )
     assert result.returncode == 2
     assert "--requests: must be at least 1; got 0" in result.stderr
 
@@ -157,13 +165,15 @@ print(json.dumps({
 """
 
 
-def test_protected_page_is_served_once_with_caching_headers(tmp_path, redis, redis_url):
-    result = subprocess.run(
-        [sys.executable, str(MANAGE), "shell", "-c", CLIENT_SCRIPT],
-        env=_env(tmp_path, REDIS_URL=redis_url), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+def _pages_seen(tmp_path: Path, redis_url: str) -> dict:
+    """Run CLIENT_SCRIPT in the example project's shell; return what it printed."""
+    result = _manage(tmp_path, "shell", "-c", CLIENT_SCRIPT, REDIS_URL=redis_url)
     assert result.returncode == 0, result.stderr
-    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_protected_page_is_served_once_with_caching_headers(tmp_path, redis, redis_url):
+    seen = _pages_seen(tmp_path, redis_url)
     assert seen["status"] == [200, 200, 200, 200]
     assert all(cc.startswith("max-age=60") for cc in seen["cache_control"][:2])
     assert seen["expires"][:2] == [True, True]
@@ -172,9 +182,5 @@ def test_protected_page_is_served_once_with_caching_headers(tmp_path, redis, red
 
 
 def test_max_age_is_whole_seconds(tmp_path, redis, redis_url):
-    result = subprocess.run(
-        [sys.executable, str(MANAGE), "shell", "-c", CLIENT_SCRIPT],
-        env=_env(tmp_path, REDIS_URL=redis_url), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    seen = _pages_seen(tmp_path, redis_url)
     assert seen["cache_control"][:2] == ["max-age=60", "max-age=60"]

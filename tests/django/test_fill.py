@@ -13,20 +13,27 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
 import redis as redis_py
 from django.core.cache import caches
-from django.core.cache.backends.base import default_key_func
 from django.core.exceptions import ImproperlyConfigured
 
 from stampede.core.envelope import Envelope
-from stampede.core.keys import done_channel
 from tests.django import workers
-from tests.helpers import SPAWN, run_concurrently
+from tests.helpers import (
+    SPAWN,
+    call_together,
+    command_calls,
+    run_concurrently,
+    subscribers,
+    wait_until,
+)
 
 KEY = "report:42"
+FULL_KEY = ":1:report:42"  # Django's default KEY_FUNCTION, empty KEY_PREFIX, VERSION 1
 COUNTER = "loader-calls"
 
 #: Commands of connection set-up, and the tests' own counter and measuring commands.
@@ -38,48 +45,6 @@ NOT_COUNTED = frozenset({"hello", "client", "auth", "select", "config", "info", 
 
 def loader_calls(redis) -> int:
     return int(redis.get(COUNTER) or 0)
-
-
-def command_calls(redis) -> dict[str, int]:
-    """Return ``{command: calls}`` from INFO commandstats (subcommands folded in)."""
-    calls: dict[str, int] = {}
-    for name, stats in redis.info("commandstats").items():
-        command = name.removeprefix("cmdstat_").split("|")[0].lower()
-        calls[command] = calls.get(command, 0) + int(stats["calls"])
-    return calls
-
-
-def subscribers(redis, key: str) -> int:
-    """Return how many connections listen for the fill of ``key`` (Django's default key)."""
-    [(_, count)] = redis.pubsub_numsub(done_channel(default_key_func(key, "", 1)))
-    return int(count)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    """Return once ``predicate()`` holds (the test polls; the library must not)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting until {what}")
-        time.sleep(0.01)
-
-
-def run_threads(threads: int, call: Callable[[], Any]) -> list[tuple[Any, ...]]:
-    """Return the outcome of ``call()`` in each of ``threads`` threads released together."""
-    barrier = threading.Barrier(threads)
-    outcomes: list[tuple[Any, ...]] = []
-
-    def caller() -> None:
-        barrier.wait()
-        outcomes.append(workers.outcome(call))
-
-    started = [threading.Thread(target=caller) for _ in range(threads)]
-    for thread in started:
-        thread.start()
-    for thread in started:
-        thread.join(60)
-    assert len(outcomes) == threads, "a caller hung"
-    return outcomes
 
 
 def stop_all(processes) -> None:
@@ -161,7 +126,9 @@ def test_waiters_load_once_when_the_loading_process_is_killed(redis, redis_url):
         assert started.wait(60), "the holder's loader did not start"
         waiters.start()
         # The loading process never subscribes (it won at once); the waiting one does.
-        wait_until(lambda: subscribers(redis, KEY) == 1, 60, "the waiting process listens")
+        wait_until(
+            lambda: subscribers(redis, FULL_KEY) == 1, "the waiting process listens", timeout=60
+        )
         os.kill(holder.pid, signal.SIGKILL)
         killed_at = time.monotonic()
         got = [results.get(timeout=60) for _ in range(5)]
@@ -262,7 +229,9 @@ def _stampede_then_stop_redis(server, on_redis_error: str, processes: int, threa
         assert started.wait(60), "no loader started"
         # Every process but the loading one subscribes to wait.
         wait_until(
-            lambda: subscribers(client, KEY) == processes - 1, 60, "every other process waits"
+            lambda: subscribers(client, FULL_KEY) == processes - 1,
+            "every other process waits",
+            timeout=60,
         )
     finally:
         client.close()
@@ -536,7 +505,8 @@ def test_over_other_backing_caches_a_cold_stampede_of_50_threads_loads_once(
     make_cache(backing, **({"LOCK_URL": redis_url} if lock_url else {}))
     loader = workers.counted_loader(redis_url, COUNTER, "built", 0.2)
 
-    outcomes = run_threads(50, lambda: caches["default"].get_or_set(KEY, loader, 60))
+    call = partial(workers.outcome, lambda: caches["default"].get_or_set(KEY, loader, 60))
+    outcomes = call_together([call] * 50)
 
     assert outcomes == [("value", "built")] * 50
     assert loader_calls(redis) == 1

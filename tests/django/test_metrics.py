@@ -8,10 +8,10 @@ waits for the other's fill through Redis, as another process would.
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -20,7 +20,10 @@ from django.core.exceptions import ImproperlyConfigured
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from stampede import events, metrics
+from stampede.testing import free_port
 from tests.django import workers
+from tests.django.workers import HeldFill, two_caches
+from tests.helpers import call_together, wait_until
 
 COUNTER = "loader-calls"
 COUNTERS = {
@@ -31,18 +34,6 @@ COUNTERS = {
     "lock_lost": "stampede_lock_lost_total",
     "redis_error": "stampede_redis_errors_total",
 }
-
-
-def two_caches(redis_url: str, **other_options: Any) -> dict[str, Any]:
-    """Return CACHES: ``default`` and ``other``, StampedeCaches over two aliases of one Redis."""
-    setting = workers.caches_config(redis_url)
-    setting["backing2"] = dict(setting["backing"])
-    setting["other"] = {
-        "BACKEND": "stampede.backends.StampedeCache",
-        "LOCATION": "backing2",
-        "OPTIONS": other_options,
-    }
-    return setting
 
 
 @pytest.fixture
@@ -61,37 +52,10 @@ def loader_calls_by_key(registry: CollectorRegistry) -> dict[str, float]:
     return {s.labels["key"]: s.value for s in family.samples if s.name.endswith("_total")}
 
 
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 30) -> None:
-    """Return once ``predicate()`` holds (the test polls; the library must not)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting until {what}")
-        time.sleep(0.01)
-
-
 def evalsha_calls(redis) -> int:
     """Return how many EVALSHA calls Redis ran: one per lock attempt before any fill ends."""
     stats = redis.info("commandstats").get("cmdstat_evalsha", {})
     return int(stats.get("calls", 0))
-
-
-def run_together(calls: list[Callable[[], Any]]) -> list[tuple[Any, ...]]:
-    """Return the outcome of every call, each in its own thread, released by one barrier."""
-    barrier = threading.Barrier(len(calls))
-    outcomes: list[tuple[Any, ...]] = []
-
-    def caller(call: Callable[[], Any]) -> None:
-        barrier.wait()
-        outcomes.append(workers.outcome(call))
-
-    threads = [threading.Thread(target=caller, args=(call,)) for call in calls]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert len(outcomes) == len(calls), "a caller hung"
-    return outcomes
 
 
 class Coalesced:
@@ -153,7 +117,7 @@ def test_cold_stampede_exports_exactly_the_loader_calls_counted_in_redis(
         for alias in ("default", "other")
         for _ in range(threads_per_cache)
     ]
-    outcomes = run_together(calls)
+    outcomes = call_together([partial(workers.outcome, call) for call in calls])
 
     assert sorted(outcomes) == [
         ("value", f"value of {key}") for key in keys for _ in range(2 * threads_per_cache)
@@ -189,16 +153,8 @@ def test_a_wait_past_wait_timeout_is_exported_and_its_load_counted(
 ):
     settings.CACHES = two_caches(redis_url, WAIT_TIMEOUT=0.2, ON_TIMEOUT="load")
     metrics.install(registry)
-    started, proceed = threading.Event(), threading.Event()
-    holder_loader = workers.counted_loader(redis_url, COUNTER, "first", 0, started, proceed)
-    holder = threading.Thread(target=lambda: caches["default"].get_or_set("k", holder_loader))
-    holder.start()
-    try:
-        assert started.wait(30)
+    with HeldFill(caches["default"], "k", redis_url, COUNTER):
         impatient = caches["other"].get_or_set("k", workers.counted_loader(redis_url, COUNTER, "2"))
-    finally:
-        proceed.set()
-        holder.join(60)
     assert impatient == "2"
     assert int(redis.get(COUNTER)) == 2
     assert sum(loader_calls_by_key(registry).values()) == 2
@@ -209,14 +165,8 @@ def test_a_wait_past_wait_timeout_is_exported_and_its_load_counted(
 def test_a_holder_that_lost_its_lock_is_exported(settings, redis, redis_url, registry):
     settings.CACHES = workers.caches_config(redis_url)
     metrics.install(registry)
-    started, proceed = threading.Event(), threading.Event()
-    loader = workers.counted_loader(redis_url, COUNTER, "lost", 0, started, proceed)
-    holder = threading.Thread(target=lambda: caches["default"].get_or_set("k", loader, 60))
-    holder.start()
-    assert started.wait(30)
-    redis.delete("{:1:k}:lock")  # as an operator's `stampede locks --clear k` would
-    proceed.set()
-    holder.join(60)
+    with HeldFill(caches["default"], "k", redis_url, COUNTER, "lost"):
+        redis.delete("{:1:k}:lock")  # as an operator's `stampede locks --clear k` would
     assert value(registry, "stampede_lock_lost_total") == 1
     assert caches["default"].get("k") is None  # the write belonged to the lost lock
 
@@ -250,9 +200,7 @@ def test_a_stale_value_served_while_refreshing_is_exported(settings, redis, redi
 
 
 def test_a_redis_outage_is_exported_as_a_redis_error(settings, redis, redis_url, registry):
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # nobody listens on it
     settings.CACHES = workers.caches_config(f"redis://127.0.0.1:{port}/0")
     metrics.install(registry)
     assert caches["default"].get_or_set("k", lambda: redis.incr(COUNTER), 60) == 1
@@ -264,14 +212,8 @@ def test_every_counter_equals_the_processes_event_count(settings, redis, redis_u
     settings.CACHES = two_caches(redis_url, WAIT_TIMEOUT=0.2)
     before = events.counts()
     metrics.install(registry)
-    started, proceed = threading.Event(), threading.Event()
-    loader = workers.counted_loader(redis_url, COUNTER, "v", 0, started, proceed)
-    holder = threading.Thread(target=lambda: caches["default"].get_or_set("k", loader, 60))
-    holder.start()
-    assert started.wait(30)
-    run_together([lambda: caches["other"].get_or_set("k", lambda: "own", 60)] * 4)
-    proceed.set()
-    holder.join(60)
+    with HeldFill(caches["default"], "k", redis_url, COUNTER, "v"):
+        call_together([lambda: caches["other"].get_or_set("k", lambda: "own", 60)] * 4)
     delta = {event: count - before[event] for event, count in events.counts().items()}
     for event, name in COUNTERS.items():
         assert value(registry, name) == delta[event], name

@@ -9,6 +9,7 @@ from collections import defaultdict
 import pytest
 
 from stampede import events, signals
+from tests.helpers import call_together
 
 
 @pytest.fixture
@@ -28,19 +29,7 @@ def received():
 
 
 def _stampede(cache, key, loader, callers=20):
-    barrier = threading.Barrier(callers)
-    results = []
-
-    def call():
-        barrier.wait()
-        results.append(cache.get_or_load(key, loader, timeout=60))
-
-    threads = [threading.Thread(target=call) for _ in range(callers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return results
+    return call_together([lambda: cache.get_or_load(key, loader, timeout=60)] * callers)
 
 
 def test_a_cold_stampede_sends_one_load_and_coalesces_the_rest(make_cache, received):

@@ -22,11 +22,11 @@ import django
 import django.core.cache.backends.locmem
 import django.core.cache.backends.redis
 import django_redis.cache  # noqa: F401
-import redis as redis_py
 from django.conf import settings
 from django.core.cache import caches
 
 import stampede.backends  # noqa: F401
+from tests.helpers import client_for, in_threads
 
 BACKINGS = {
     "django": "django.core.cache.backends.redis.RedisCache",
@@ -52,10 +52,29 @@ def caches_config(redis_url: str, backing: str = "django", **options: Any) -> di
     }
 
 
+def two_caches(
+    redis_url: str, backing: dict[str, Any] | None = None, **other_options: Any
+) -> dict[str, Any]:
+    """Return CACHES: ``default`` and ``other``, StampedeCaches over two aliases of one Redis.
+
+    Each has its own in-process coalescing group, so within one process the one waits for the
+    other's fill through Redis, as another process would. ``backing`` settings (``KEY_PREFIX``)
+    go to both aliases; ``other_options`` are the OPTIONS of ``other``.
+    """
+    setting = caches_config(redis_url)
+    setting["backing"].update(backing or {})
+    setting["backing2"] = dict(setting["backing"])
+    setting["other"] = {
+        "BACKEND": "stampede.backends.StampedeCache",
+        "LOCATION": "backing2",
+        "OPTIONS": other_options,
+    }
+    return setting
+
+
 # -- per-process set-up -----------------------------------------------------------------------
 
 _setup_lock = threading.Lock()
-_clients: dict[str, redis_py.Redis] = {}
 
 
 def setup_django(caches_setting: dict[str, Any]) -> None:
@@ -66,15 +85,6 @@ def setup_django(caches_setting: dict[str, Any]) -> None:
             django.setup()
         elif caches_setting != settings.CACHES:
             raise RuntimeError("this child was configured with other CACHES already")
-
-
-def client_for(url: str) -> redis_py.Redis:
-    """Return this process's plain client (for counters) of ``url``."""
-    with _setup_lock:
-        client = _clients.get(url)
-        if client is None:
-            client = _clients[url] = redis_py.Redis.from_url(url)
-        return client
 
 
 def counted_loader(
@@ -110,6 +120,51 @@ def outcome(call: Callable[[], Any]) -> tuple[Any, ...]:
         return ("value", call())
     except Exception as exc:
         return ("raised", f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc))
+
+
+class Background:
+    """Runs ``call`` in a thread; ``result()`` returns its outcome (see :func:`outcome`)."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self._outcome: tuple[Any, ...] | None = None
+        self._thread = threading.Thread(target=self._run, args=(call,), daemon=True)
+        self._thread.start()
+
+    def _run(self, call: Callable[[], Any]) -> None:
+        self._outcome = outcome(call)
+
+    def result(self) -> tuple[Any, ...]:
+        self._thread.join(60)
+        assert not self._thread.is_alive(), "the background call hung"
+        assert self._outcome is not None
+        return self._outcome
+
+
+class HeldFill:
+    """``cache.get_or_set(key)`` in a thread, whose loader keeps the lock until ``finish()``.
+
+    Built once the loader runs (the lock is held). The loader counts its call on ``counter`` in
+    Redis and returns ``value``. As a context manager, leaving the block finishes the fill.
+    """
+
+    def __init__(self, cache: Any, key: str, url: str, counter: str, value: Any = "first"):
+        started, self._proceed = threading.Event(), threading.Event()
+        loader = counted_loader(url, counter, value, 0, started, self._proceed)
+        self._holder = Background(lambda: cache.get_or_set(key, loader, 60))
+        if not started.wait(30):
+            self._proceed.set()
+            raise AssertionError("the holder's loader never started")
+
+    def finish(self) -> tuple[Any, ...]:
+        """Let the loader return; return the holder's outcome (see :func:`outcome`)."""
+        self._proceed.set()
+        return self._holder.result()
+
+    def __enter__(self) -> HeldFill:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.finish()
 
 
 # -- targets for tests.helpers.run_concurrently (called after the shared barrier) ------------
@@ -219,11 +274,7 @@ def fill_in_threads(
     def call() -> None:
         results.put(outcome(lambda: caches["default"].get_or_load(key, loader, timeout=60)))
 
-    workers = [threading.Thread(target=call) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    in_threads([call] * threads)
 
 
 def read_after_barrier(
@@ -252,8 +303,4 @@ def read_after_barrier(
         result = outcome(lambda: cache.get_or_load(key, loader, **options))
         results.put((result, time.monotonic() - started))
 
-    workers = [threading.Thread(target=call) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
+    in_threads([call] * threads)

@@ -1,16 +1,22 @@
-"""Measuring helpers shared by the real-Redis tests: command counts, subscribers, waiting."""
+"""Measuring helpers of the real-Redis tests: round trips, script runs, a frozen server.
+
+Command counts, subscribers and waiting, which the Django tests use too, are in tests.helpers.
+"""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from stampede.core import keys
+import redis as redis_py
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
 from stampede.io import scripts
+from tests.helpers import command_calls, wait_until
 
 #: Commands the library's Lua scripts run. Redis counts a command run inside a script in
 #: INFO commandstats too, although it costs no round trip: these are left out of round trips.
@@ -22,15 +28,6 @@ SCRIPT_INNER_COMMANDS = frozenset(
 #: Connection handshakes (one set per new connection, not per wait) and the commands the
 #: tests themselves use to measure.
 NOT_COUNTED = SCRIPT_INNER_COMMANDS | {"hello", "client", "info", "config", "pubsub"}
-
-
-def command_calls(client) -> dict[str, int]:
-    """Return ``{command: calls}`` from INFO commandstats (subcommands folded in)."""
-    calls: dict[str, int] = {}
-    for name, stats in client.info("commandstats").items():
-        command = name.removeprefix("cmdstat_").split("|")[0].lower()
-        calls[command] = calls.get(command, 0) + int(stats["calls"])
-    return calls
 
 
 def round_trips(client) -> int:
@@ -48,22 +45,19 @@ def script_calls(client) -> int:
     return calls.get("evalsha", 0) + calls.get("eval", 0)
 
 
-def subscribers(client, name: str | bytes) -> int:
-    """Return how many connections are subscribed to the release channel of lock ``name``."""
-    [(_, count)] = client.pubsub_numsub(keys.done_channel(name))
-    return int(count)
+def password_clients(server, *, impatient: bool = False) -> tuple[redis_py.Redis, redis_py.Redis]:
+    """Return ``(admin, client)`` of ``server``, which now requires the password "first".
 
-
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    """Return once ``predicate()`` is true; fail the test after ``timeout`` seconds.
-
-    Tests poll (the library must not): this only bounds how long a test waits for a state.
+    ``client`` authenticates with it; ``admin`` connected before the password was set, so it
+    stays authenticated whatever password the test sets next. An ``impatient`` client reads
+    with a 1 s socket timeout and never retries, so nothing on its side takes longer. The test
+    closes both.
     """
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting until {what}")
-        time.sleep(0.01)
+    admin = redis_py.Redis.from_url(server.url)
+    admin.config_set("requirepass", "first")
+    options = {"socket_timeout": 1, "retry": Retry(NoBackoff(), 0)} if impatient else {}
+    client = redis_py.Redis.from_url(server.url, password="first", **options)
+    return admin, client
 
 
 @contextmanager
@@ -84,8 +78,8 @@ def listener_reconnects_into_a_frozen_server(
     assert admin.client_kill_filter(_type="pubsub") == 1
     wait_until(
         lambda: command_calls(admin).get("auth", 0) >= 1 and ready(),
-        10,
         "the listener failed to reconnect once",
+        timeout=10,
     )
     os.kill(server.process.pid, signal.SIGSTOP)
     try:

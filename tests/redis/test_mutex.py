@@ -12,23 +12,24 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from typing import Any
 
 import pytest
 import redis as redis_py
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from stampede import LockLost, LockTimeout, Mutex
-from stampede.io import scripts
 from stampede.core.keys import fence_key, lock_key
-from tests.helpers import SPAWN, run_concurrently
+from stampede.io import scripts
+from tests.helpers import SPAWN, call_together, run_concurrently, subscribers, wait_until
 from tests.redis import workers
 from tests.redis.support import (
     listener_reconnects_into_a_frozen_server,
+    password_clients,
     round_trips,
     script_calls,
-    subscribers,
-    wait_until,
 )
 
 # -- helpers --------------------------------------------------------------------------------
@@ -53,6 +54,63 @@ class Waiter(threading.Thread):
         except BaseException as exc:
             self.error = exc
         self.finished_at = time.monotonic()
+
+
+def park_waiters(
+    redis, redis_url: str, name: str, events: str, processes: int, threads: int, hold: float
+) -> tuple[Mutex, Callable[[], list]]:
+    """Hold ``name``, then park ``processes * threads`` callers of workers.hold_and_record on it.
+
+    INFO commandstats is reset before the callers start; they are parked once each process
+    listens for the release and has tried the lock once per caller plus once for its head.
+    Return the holder and ``results()``, which waits for the callers' run_concurrently results.
+    """
+    holder = Mutex(redis, name, ttl=30)
+    assert holder.acquire()
+    redis.config_resetstat()
+    outcome: dict[str, list] = {}
+    runner = threading.Thread(
+        target=lambda: outcome.update(
+            results=run_concurrently(
+                workers.hold_and_record, processes, threads, redis_url, name, events, hold
+            )
+        )
+    )
+    runner.start()
+    waiters = processes * threads
+    wait_until(
+        lambda: (
+            subscribers(redis, name) == processes and script_calls(redis) >= waiters + processes
+        ),
+        "every waiter is parked",
+        timeout=60,
+    )
+
+    def results() -> list:
+        runner.join(120)
+        return outcome["results"]
+
+    return holder, results
+
+
+@contextmanager
+def holder_in_a_child(redis_url: str, name: str, ttl: float) -> Iterator[Any]:
+    """Yield a child process that holds ``name`` (workers.hold_until_killed) until killed.
+
+    The child is killed when the block ends, if the test has not done so.
+    """
+    acquired = SPAWN.Event()
+    child = SPAWN.Process(
+        target=workers.hold_until_killed, args=(redis_url, name, ttl, acquired), daemon=True
+    )
+    child.start()
+    try:
+        assert acquired.wait(30), "the child never acquired the lock"
+        yield child
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join()
 
 
 def parse_events(raw: list[bytes]) -> list[tuple[str, float]]:
@@ -96,7 +154,7 @@ def test_racy_increments_under_the_lock_from_32_threads_in_4_processes_are_exact
 def test_release_after_expiry_keeps_new_holders_lock(redis):
     a = Mutex(redis, "token-safety", ttl=0.2)
     assert a.acquire()
-    wait_until(lambda: not redis.exists(lock_key("token-safety")), 5, "A's lock expired")
+    wait_until(lambda: not redis.exists(lock_key("token-safety")), "A's lock expired", timeout=5)
     b = Mutex(redis, "token-safety", ttl=30)
     assert b.acquire(blocking=False)
 
@@ -133,18 +191,12 @@ def test_extend_of_a_held_lock_resets_its_ttl_and_keeps_the_token(redis):
 @pytest.mark.slow
 def test_waiter_acquires_soon_after_a_killed_holders_ttl_runs_out(redis, redis_url):
     name, ttl = "killed-holder", 2.0
-    acquired = SPAWN.Event()
-    child = SPAWN.Process(
-        target=workers.hold_until_killed, args=(redis_url, name, ttl, acquired), daemon=True
-    )
-    child.start()
-    try:
-        assert acquired.wait(30), "the child never acquired the lock"
+    with holder_in_a_child(redis_url, name, ttl) as child:
         dead_token = redis.get(lock_key(name))
         dead_fence = int(redis.get(fence_key(name)))
         waiter = Waiter(redis, name, ttl=5, timeout=10)
         waiter.start()
-        wait_until(lambda: subscribers(redis, name) == 1, 10, "the waiter is parked")
+        wait_until(lambda: subscribers(redis, name) == 1, "the waiter is parked", timeout=10)
 
         os.kill(child.pid, signal.SIGKILL)
         killed_at = time.monotonic()
@@ -166,22 +218,12 @@ def test_waiter_acquires_soon_after_a_killed_holders_ttl_runs_out(redis, redis_u
         assert waiter.mutex.release() is True
         assert redis.exists(lock_key(name)) == 0
         assert redis.pttl(lock_key(name)) == -2
-    finally:
-        if child.is_alive():
-            child.kill()
-            child.join()
 
 
 @pytest.mark.slow
 def test_killed_holders_lock_key_is_gone_after_its_ttl(redis, redis_url):
     name, ttl = "killed-holder-no-waiter", 1.0
-    acquired = SPAWN.Event()
-    child = SPAWN.Process(
-        target=workers.hold_until_killed, args=(redis_url, name, ttl, acquired), daemon=True
-    )
-    child.start()
-    try:
-        assert acquired.wait(30), "the child never acquired the lock"
+    with holder_in_a_child(redis_url, name, ttl) as child:
         os.kill(child.pid, signal.SIGKILL)
         child.join(10)
         left_ms = redis.pttl(lock_key(name))
@@ -190,10 +232,6 @@ def test_killed_holders_lock_key_is_gone_after_its_ttl(redis, redis_url):
         assert redis.exists(lock_key(name)) == 0
         assert redis.pttl(lock_key(name)) == -2
         assert Mutex(redis, name).acquire(blocking=False) is True
-    finally:
-        if child.is_alive():
-            child.kill()
-            child.join()
 
 
 def test_waiter_wakes_at_the_holders_expiry_without_polling(redis):
@@ -216,27 +254,21 @@ def test_waiter_wakes_at_the_holders_expiry_without_polling(redis):
 # -- 4. wake-ups ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("protocol", [None, 2, 3], ids=["default-protocol", "resp2", "resp3"])
-def test_release_wakes_a_blocked_waiter_at_once(redis_url, protocol):
-    url = redis_url if protocol is None else f"{redis_url}?protocol={protocol}"
-    client = redis_py.Redis.from_url(url)
-    try:
-        client.flushall()
-        holder = Mutex(client, "wake-me", ttl=30)
-        assert holder.acquire()
-        waiter = Waiter(client, "wake-me", timeout=15)
-        waiter.start()
-        wait_until(lambda: subscribers(client, "wake-me") == 1, 10, "the waiter is parked")
-        released_at = time.monotonic()
-        assert holder.release() is True
-        waiter.join(20)
+def test_release_wakes_a_blocked_waiter_at_once(protocol_client):
+    client = protocol_client
+    holder = Mutex(client, "wake-me", ttl=30)
+    assert holder.acquire()
+    waiter = Waiter(client, "wake-me", timeout=15)
+    waiter.start()
+    wait_until(lambda: subscribers(client, "wake-me") == 1, "the waiter is parked", timeout=10)
+    released_at = time.monotonic()
+    assert holder.release() is True
+    waiter.join(20)
 
-        assert waiter.error is None, f"the waiter failed: {waiter.error!r}"
-        assert waiter.acquired is True
-        assert waiter.finished_at - released_at < 0.5
-        assert waiter.mutex.release() is True
-    finally:
-        client.close()
+    assert waiter.error is None, f"the waiter failed: {waiter.error!r}"
+    assert waiter.acquired is True
+    assert waiter.finished_at - released_at < 0.5
+    assert waiter.mutex.release() is True
 
 
 @pytest.mark.slow
@@ -244,32 +276,13 @@ def test_fifty_waiters_in_5_processes_are_handed_the_lock_promptly_at_linear_cos
     processes, threads = 5, 10
     waiters = processes * threads
     name, events = "handoff-lock", "handoff-events"
-    holder = Mutex(redis, name, ttl=30)
-    assert holder.acquire()
-    redis.config_resetstat()
-    outcome: dict[str, list] = {}
-    runner = threading.Thread(
-        target=lambda: outcome.update(
-            results=run_concurrently(
-                workers.hold_and_record, processes, threads, redis_url, name, events, 0.02
-            )
-        )
-    )
-    runner.start()
-    wait_until(
-        lambda: (
-            subscribers(redis, name) == processes and script_calls(redis) >= waiters + processes
-        ),
-        60,
-        "every waiter is parked",
-    )
+    holder, results = park_waiters(redis, redis_url, name, events, processes, threads, 0.02)
     # Each waiter tried once, then each process's head once more after subscribing: no more.
     assert script_calls(redis) == waiters + processes
     redis.rpush(events, f"releasing {time.time()!r}")
     assert holder.release() is True
-    runner.join(120)
 
-    assert outcome["results"] == [("ok", True)] * waiters
+    assert results() == [("ok", True)] * waiters
     recorded = parse_events(redis.lrange(events, 0, -1))
     kinds = [kind for kind, _ in recorded]
     assert kinds == ["releasing", "acquired"] * waiters + ["releasing"]  # no overlap
@@ -292,25 +305,7 @@ def test_waiting_costs_no_commands_however_long_the_holder_keeps_the_lock(redis,
     processes, threads = 2, 5
     waiters = processes * threads
     name, events = "long-hold", "long-hold-events"
-    holder = Mutex(redis, name, ttl=30)
-    assert holder.acquire()
-    redis.config_resetstat()
-    outcome: dict[str, list] = {}
-    runner = threading.Thread(
-        target=lambda: outcome.update(
-            results=run_concurrently(
-                workers.hold_and_record, processes, threads, redis_url, name, events, 0.0
-            )
-        )
-    )
-    runner.start()
-    wait_until(
-        lambda: (
-            subscribers(redis, name) == processes and script_calls(redis) >= waiters + processes
-        ),
-        60,
-        "every waiter is parked",
-    )
+    holder, results = park_waiters(redis, redis_url, name, events, processes, threads, 0.0)
     parked = round_trips(redis)
     time.sleep(2.0)  # the holder keeps the lock while everyone waits
     after_wait = round_trips(redis)
@@ -319,8 +314,7 @@ def test_waiting_costs_no_commands_however_long_the_holder_keeps_the_lock(redis,
     assert after_wait == parked, f"{after_wait - parked} commands while parked for 2 s"
     assert script_calls(redis) == waiters + processes
     assert holder.release() is True
-    runner.join(120)
-    assert outcome["results"] == [("ok", True)] * waiters
+    assert results() == [("ok", True)] * waiters
     kinds = [kind for kind, _ in parse_events(redis.lrange(events, 0, -1))]
     assert kinds == ["acquired", "releasing"] * waiters
     print(f"\ncommands up to the end of the 2 s wait: {after_wait} (parked at {parked})")
@@ -434,7 +428,7 @@ def test_blocked_waiter_recovers_from_script_flush(redis):
     assert holder.acquire()
     waiter = Waiter(redis, "noscript-wait", timeout=10)
     waiter.start()
-    wait_until(lambda: subscribers(redis, "noscript-wait") == 1, 10, "the waiter is parked")
+    wait_until(lambda: subscribers(redis, "noscript-wait") == 1, "the waiter is parked", timeout=10)
     redis.script_flush()
     assert holder.release() is True
     waiter.join(10)
@@ -634,27 +628,16 @@ def test_twenty_threads_of_one_process_each_get_the_lock_exactly_once(redis):
     assert warm_up.acquire()
     assert warm_up.release()
     redis.config_resetstat()
-    start = threading.Barrier(threads)
-    errors: list[BaseException] = []
 
     def contend(index: int) -> None:
-        try:
-            start.wait()
-            with Mutex(redis, name, ttl=10, timeout=30):
-                value = int(redis.get("local-counter") or 0)
-                time.sleep(0.005)
-                redis.set("local-counter", value + 1)
-                redis.rpush("local-holders", index)
-        except BaseException as exc:
-            errors.append(exc)
+        with Mutex(redis, name, ttl=10, timeout=30):
+            value = int(redis.get("local-counter") or 0)
+            time.sleep(0.005)
+            redis.set("local-counter", value + 1)
+            redis.rpush("local-holders", index)
 
-    workers_ = [threading.Thread(target=contend, args=(i,)) for i in range(threads)]
-    for worker in workers_:
-        worker.start()
-    for worker in workers_:
-        worker.join(60)
+    call_together([partial(contend, i) for i in range(threads)])
 
-    assert errors == []
     assert int(redis.get("local-counter")) == threads
     holders = [int(i) for i in redis.lrange("local-holders", 0, -1)]
     assert sorted(holders) == list(range(threads))
@@ -704,7 +687,7 @@ def test_blocked_waiters_do_not_hang_when_redis_goes_away(fresh_redis_server):
         waiters = [Waiter(client, name, timeout=timeout) for _ in range(3)]
         for waiter in waiters:
             waiter.start()
-        wait_until(lambda: subscribers(client, name) == 1, 10, "a waiter is parked")
+        wait_until(lambda: subscribers(client, name) == 1, "a waiter is parked", timeout=10)
 
         fresh_redis_server.stop()
         for waiter in waiters:
@@ -730,20 +713,18 @@ def test_release_while_the_waiters_pubsub_connection_is_down_still_wakes_it(fres
     # outage: that PUBLISH reaches nobody. Once the listener is back, the waiter must re-check
     # and acquire; not sleep on until the holder's 30 s TTL or its own timeout.
     name = "pubsub-outage"
-    admin = redis_py.Redis.from_url(fresh_redis_server.url)
-    admin.config_set("requirepass", "first")
-    client = redis_py.Redis.from_url(fresh_redis_server.url, password="first")
+    admin, client = password_clients(fresh_redis_server)
     try:
         holder = Mutex(client, name, ttl=30)
         assert holder.acquire()
         waiter = Waiter(client, name, timeout=8)
         waiter.start()
-        wait_until(lambda: subscribers(admin, name) == 1, 10, "the waiter is parked")
+        wait_until(lambda: subscribers(admin, name) == 1, "the waiter is parked", timeout=10)
         admin.config_resetstat()
 
         admin.config_set("requirepass", "second")
         assert admin.client_kill_filter(_type="pubsub") == 1
-        wait_until(lambda: script_calls(admin) >= 1, 10, "the woken waiter re-checked")
+        wait_until(lambda: script_calls(admin) >= 1, "the woken waiter re-checked", timeout=10)
         assert subscribers(admin, name) == 0  # the listener cannot get back in
         assert holder.release() is True  # published to nobody
         admin.config_set("requirepass", "first")
@@ -768,17 +749,13 @@ def test_waiter_with_a_timeout_returns_while_redis_is_unresponsive(fresh_redis_s
     # False or raises a Redis error, within its timeout + 2 s (its client reads with a 1 s
     # socket timeout and no retries, so nothing on the client's side takes longer).
     name, timeout = "unresponsive", 3.0
-    admin = redis_py.Redis.from_url(fresh_redis_server.url)
-    admin.config_set("requirepass", "first")
-    client = redis_py.Redis.from_url(
-        fresh_redis_server.url, password="first", socket_timeout=1, retry=Retry(NoBackoff(), 0)
-    )
+    admin, client = password_clients(fresh_redis_server, impatient=True)
     try:
         holder = Mutex(client, name, ttl=30)
         assert holder.acquire()
         waiter = Waiter(client, name, timeout=timeout)
         waiter.start()
-        wait_until(lambda: subscribers(admin, name) == 1, 10, "the waiter is parked")
+        wait_until(lambda: subscribers(admin, name) == 1, "the waiter is parked", timeout=10)
         with listener_reconnects_into_a_frozen_server(
             fresh_redis_server, admin, ready=lambda: script_calls(admin) >= 1
         ):

@@ -7,22 +7,27 @@ import time
 
 import pytest
 import redis as redis_py
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from stampede.io.notify import Notifier
 from stampede.testing import RedisServer, free_port
-from tests.redis.support import (
-    command_calls,
-    listener_reconnects_into_a_frozen_server,
-    wait_until,
-)
+from tests.helpers import command_calls, numsub, wait_until
+from tests.redis.support import listener_reconnects_into_a_frozen_server, password_clients
 
 
 def notifier_of(client) -> Notifier:
     """Return a notifier of its own for ``client``'s pool (the test closes it)."""
     pool = client.connection_pool
     return Notifier(pool.connection_class, pool.connection_kwargs)
+
+
+def assert_delivered(client, subscription, payload: bytes) -> None:
+    """Publish ``payload`` on the subscription's channel; it reaches one connection, this one.
+
+    PUBLISH counts the connections it reached: 1 means the subscription is live on the server.
+    """
+    assert client.publish(subscription.channel, payload) == 1
+    assert subscription.wait(2) is True
+    assert subscription.message == payload
 
 
 @pytest.fixture
@@ -32,26 +37,14 @@ def notifier(redis):
     notifier.close()
 
 
-def numsub(client, channel: str) -> int:
-    [(_, count)] = client.pubsub_numsub(channel)
-    return int(count)
-
-
-@pytest.mark.parametrize("protocol", [None, 2, 3], ids=["default-protocol", "resp2", "resp3"])
-def test_subscription_is_confirmed_before_subscribe_returns(redis_url, protocol):
-    url = redis_url if protocol is None else f"{redis_url}?protocol={protocol}"
-    client = redis_py.Redis.from_url(url)
-    notifier = notifier_of(client)
+def test_subscription_is_confirmed_before_subscribe_returns(protocol_client):
+    notifier = notifier_of(protocol_client)
     try:
         subscription = notifier.subscribe("confirmed", timeout=3)
-        # PUBLISH counts the connections it reached: the subscription is live on the server.
-        assert client.publish("confirmed", b"first") == 1
-        assert subscription.wait(2) is True
-        assert subscription.message == b"first"
+        assert_delivered(protocol_client, subscription, b"first")
         subscription.close()
     finally:
         notifier.close()
-        client.close()
 
 
 def test_subscribe_does_not_return_before_the_server_confirms(redis, notifier):
@@ -76,7 +69,7 @@ def test_wait_returns_false_when_nothing_is_published(notifier):
 def test_message_published_before_wait_is_not_lost(redis, notifier):
     with notifier.subscribe("early") as subscription:
         assert redis.publish("early", b"before-wait") == 1
-        wait_until(lambda: subscription.message is not None, 5, "the message is delivered")
+        wait_until(lambda: subscription.message is not None, "the message is delivered", timeout=5)
         assert subscription.wait(0) is True
         assert subscription.message == b"before-wait"
         assert subscription.wait(0) is False  # consumed
@@ -120,7 +113,7 @@ def test_closing_the_last_local_subscriber_unsubscribes_from_redis(redis, notifi
     assert command_calls(redis).get("unsubscribe", 0) == 0
 
     subscriptions[2].close()
-    wait_until(lambda: numsub(redis, "leaving") == 0, 5, "UNSUBSCRIBE reached the server")
+    wait_until(lambda: numsub(redis, "leaving") == 0, "UNSUBSCRIBE reached the server", timeout=5)
     assert command_calls(redis)["unsubscribe"] == 1
     assert redis.publish("leaving", b"nobody") == 0
 
@@ -128,12 +121,11 @@ def test_closing_the_last_local_subscriber_unsubscribes_from_redis(redis, notifi
 def test_resubscribing_right_after_the_last_unsubscribe_is_confirmed(redis, notifier):
     for round_ in range(50):
         subscription = notifier.subscribe("flapping")
-        payload = f"round-{round_}".encode()
-        assert redis.publish("flapping", payload) == 1, f"round {round_} not subscribed"
-        assert subscription.wait(2) is True
-        assert subscription.message == payload
+        assert_delivered(redis, subscription, f"round-{round_}".encode())
         subscription.close()
-    wait_until(lambda: numsub(redis, "flapping") == 0, 5, "the last UNSUBSCRIBE is processed")
+    wait_until(
+        lambda: numsub(redis, "flapping") == 0, "the last UNSUBSCRIBE is processed", timeout=5
+    )
 
 
 def test_subscribe_to_an_unreachable_redis_raises_connection_error():
@@ -157,7 +149,7 @@ def test_closing_the_notifier_wakes_parked_waiters(notifier):
         target=lambda: result.append((subscription.wait(10), subscription.message))
     )
     waiter.start()
-    wait_until(lambda: waiter.is_alive(), 5, "the waiter runs")
+    wait_until(lambda: waiter.is_alive(), "the waiter runs", timeout=5)
     notifier.close()
     waiter.join(5)
     assert result == [(True, None)]
@@ -197,11 +189,9 @@ def test_redis_restart_wakes_parked_waiters_and_subscriptions_work_again(fresh_r
 
         restarted = RedisServer(port=port).start()
         fresh = notifier.subscribe("after-restart", timeout=5)
-        assert client.publish("after-restart", b"new") == 1
-        assert fresh.wait(2) is True
-        assert fresh.message == b"new"
+        assert_delivered(client, fresh, b"new")
         # A subscription still open across the restart is subscribed again by the listener.
-        wait_until(lambda: numsub(client, "kept") == 1, 10, "'kept' is subscribed again")
+        wait_until(lambda: numsub(client, "kept") == 1, "'kept' is subscribed again", timeout=10)
         assert client.publish("kept", b"again") == 1
 
         def kept_received_again() -> bool:
@@ -209,7 +199,7 @@ def test_redis_restart_wakes_parked_waiters_and_subscriptions_work_again(fresh_r
             kept.wait(0.2)
             return kept.message == b"again"
 
-        wait_until(kept_received_again, 5, "'kept' received the message")
+        wait_until(kept_received_again, "'kept' received the message", timeout=5)
         for subscription in [kept, fresh, *parked_subscriptions]:
             subscription.close()
     finally:
@@ -222,11 +212,7 @@ def test_redis_restart_wakes_parked_waiters_and_subscriptions_work_again(fresh_r
 def test_subscribe_gives_up_at_its_timeout_while_redis_is_unresponsive(fresh_redis_server):
     # The listener is reconnecting when Redis stops answering (frozen, or a network that drops
     # packets). A new subscription must still fail within its timeout (+ 2 s), not hang.
-    admin = redis_py.Redis.from_url(fresh_redis_server.url)
-    admin.config_set("requirepass", "first")
-    client = redis_py.Redis.from_url(
-        fresh_redis_server.url, password="first", socket_timeout=1, retry=Retry(NoBackoff(), 0)
-    )
+    admin, client = password_clients(fresh_redis_server, impatient=True)
     notifier = notifier_of(client)
     outcome: list[BaseException | None] = []
     timeout = 2.0

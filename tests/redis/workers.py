@@ -7,25 +7,11 @@ as the threads of a web worker do: the Mutex queues a process's waiters per pool
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
-import redis as redis_py
-
 from stampede import Mutex
-
-_clients: dict[str, redis_py.Redis] = {}
-_clients_lock = threading.Lock()
-
-
-def client_for(url: str) -> redis_py.Redis:
-    """Return this process's client for ``url``, created on first use."""
-    with _clients_lock:
-        client = _clients.get(url)
-        if client is None:
-            client = _clients[url] = redis_py.Redis.from_url(url)
-        return client
+from tests.helpers import client_for
 
 
 def increment_counter(url: str, name: str, counter: str, fences: str, times: int) -> int:
