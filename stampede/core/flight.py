@@ -320,6 +320,14 @@ def _fill_missing(key: Any, timeout: float | None, options: FillOptions, clock: 
             subscribed = True
             holder_ttl = yield Peek()
             if holder_ttl is None:
+                # Released meanwhile: its value is most likely stored. One read answers
+                # then; a lock attempt would cost an acquire and a release.
+                record = yield Read(primary=True)
+                verdict = judge(record, clock.wall(), options, 1.0)
+                if verdict is Verdict.FAILED:
+                    record.raise_()
+                if verdict is not Verdict.ABSENT:
+                    return value_of(record)
                 continue
         waited = clock.monotonic() - started
         remaining = options.wait_timeout - waited

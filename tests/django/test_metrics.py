@@ -23,7 +23,7 @@ from stampede import events, metrics
 from stampede.testing import free_port
 from tests.django import workers
 from tests.django.workers import HeldFill, two_caches
-from tests.helpers import call_together, wait_until
+from tests.helpers import call_together, command_calls, wait_until
 
 COUNTER = "loader-calls"
 COUNTERS = {
@@ -52,10 +52,11 @@ def loader_calls_by_key(registry: CollectorRegistry) -> dict[str, float]:
     return {s.labels["key"]: s.value for s in family.samples if s.name.endswith("_total")}
 
 
-def evalsha_calls(redis) -> int:
-    """Return how many EVALSHA calls Redis ran: one per lock attempt before any fill ends."""
-    stats = redis.info("commandstats").get("cmdstat_evalsha", {})
-    return int(stats.get("calls", 0))
+def pttl_calls(redis) -> int:
+    """Return how many PTTL calls Redis ran, in scripts too: a lost lock attempt runs one (the
+    holder's TTL), then the loser subscribes, peeks at the lock with one more, and waits; no
+    other I/O comes between the peek and the wait."""
+    return command_calls(redis).get("pttl", 0)
 
 
 class Coalesced:
@@ -86,14 +87,14 @@ def test_cold_stampede_exports_exactly_the_loader_calls_counted_in_redis(
 ):
     """3 cold keys x 2 caches x 8 threads: one load per key, cluster-wide.
 
-    Each loader holds until the 14 followers of both caches have joined their flights and both
-    caches' leaders of every key have tried the lock (one EVALSHA each: 6), so the losing
-    leader waits in Redis and every caller is part of the stampede.
+    Each loader holds until the 14 followers of both caches have joined their flights and the
+    losing leader of every key has subscribed and peeked at the lock (two PTTLs each: 6), so
+    the losing leader waits for the wake-up and every caller is part of the stampede.
     """
     settings.CACHES = two_caches(redis_url)
     exporter = metrics.install(registry)
     keys, threads_per_cache = ["k0", "k1", "k2"], 8
-    attempts_before = evalsha_calls(redis)
+    peeks_before = pttl_calls(redis)
 
     def loader_of(key: str) -> Callable[[], str]:
         full_key = f":1:{key}"
@@ -103,7 +104,7 @@ def test_cold_stampede_exports_exactly_the_loader_calls_counted_in_redis(
             wait_until(
                 lambda: (
                     coalesced.by_key.get(full_key, 0) == 2 * (threads_per_cache - 1)
-                    and evalsha_calls(redis) - attempts_before >= 2 * len(keys)
+                    and pttl_calls(redis) - peeks_before >= 2 * len(keys)
                 ),
                 "every caller joined",
             )

@@ -308,12 +308,22 @@ CASES = {
     "a wake-up carrying the record is the answer, with no Read": Case(
         [*MISS_THEN_LOST, wait(2.5, WakeUp(FILLED, record=fresh("carried")))], returns="carried"
     ),
-    "a peek finding no holder (released before the subscription) contends again": Case(
-        [*MISS_THEN_LOST[:3], peek(None), won(fresh("meanwhile")), released(FILLED)],
+    "a peek finding no holder (released before the subscription) reads what it stored": Case(
+        [*MISS_THEN_LOST[:3], peek(None), reread(fresh("meanwhile"))],
         returns="meanwhile",
     ),
+    "a peek finding no holder and no value contends again": Case(
+        [*MISS_THEN_LOST[:3], peek(None), reread(MISSING), won(fresh("x")), released(FILLED)],
+        returns="x",
+    ),
     "a second lost attempt after an empty peek waits without subscribing again": Case(
-        [*MISS_THEN_LOST[:3], peek(None), lost(4.0), wait(4.0, WakeUp(FILLED, "x"))],
+        [
+            *MISS_THEN_LOST[:3],
+            peek(None),
+            reread(MISSING),
+            lost(4.0),
+            wait(4.0, WakeUp(FILLED, "x")),
+        ],
         returns="x",
     ),
     "a lost attempt with no known holder ttl waits what is left of wait_timeout": Case(
