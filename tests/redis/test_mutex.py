@@ -714,8 +714,12 @@ def test_release_while_the_waiters_pubsub_connection_is_down_still_wakes_it(fres
     # and acquire; not sleep on until the holder's 30 s TTL or its own timeout.
     name = "pubsub-outage"
     admin, client = password_clients(fresh_redis_server)
+    # The holder talks through a pool of its own, whose one connection opens (and
+    # authenticates) before the outage: sharing the waiter's pool, its release could need a
+    # new connection while the waiter's re-check holds the open one, and fail AUTH.
+    holder_client = redis_py.Redis.from_url(fresh_redis_server.url, password="first")
     try:
-        holder = Mutex(client, name, ttl=30)
+        holder = Mutex(holder_client, name, ttl=30)
         assert holder.acquire()
         waiter = Waiter(client, name, timeout=8)
         waiter.start()
@@ -739,6 +743,7 @@ def test_release_while_the_waiters_pubsub_connection_is_down_still_wakes_it(fres
         )
         assert waiter.mutex.release() is True
     finally:
+        holder_client.close()
         client.close()
         admin.close()
 
