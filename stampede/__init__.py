@@ -1,21 +1,26 @@
 """django-stampede: cache-stampede protection for Django, backed by Redis.
 
-``import stampede`` needs only ``redis``: the core (``Mutex`` and friends) works with a bare
-redis-py client. Names that need Django are resolved lazily on first use.
+The core (``Filler``, ``Mutex`` and friends) works with a bare redis-py client, and the pure
+modules (``stampede.core``) need nothing at all: so ``import stampede`` imports only what is
+pure, and every other public name is resolved lazily on first use (those that need Django,
+``cached`` and ``single_flight``, only then import it).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .core import events
 from .core.envelope import DontCache
 from .core.options import FillOptions
 from .exceptions import LoaderError, LockLost, LockTimeout, StampedeError, WaitTimeout
-from .fill.filler import Filler
-from .fill.store import RedisStore
-from .lock.guard import Guard, guard
-from .lock.mutex import Mutex
+
+if TYPE_CHECKING:
+    from .decorators import cached, single_flight
+    from .fill.filler import Filler
+    from .fill.store import RedisStore
+    from .lock.guard import Guard, guard
+    from .lock.mutex import Mutex
 
 __version__ = "0.1.0"
 
@@ -38,8 +43,13 @@ __all__ = [
     "single_flight",
 ]
 
-# Public names living in modules that import Django; resolved on first attribute access.
+# Public names living in modules that import redis or Django; resolved on first access.
 _LAZY: dict[str, str] = {
+    "Filler": ".fill.filler",
+    "RedisStore": ".fill.store",
+    "Guard": ".lock.guard",
+    "guard": ".lock.guard",
+    "Mutex": ".lock.mutex",
     "cached": ".decorators",
     "single_flight": ".decorators",
 }

@@ -87,10 +87,11 @@ class FlightIO:
     def _hand_over(self, refresh: flight.Protocol) -> None:
         """Give the held lock to a background task that runs ``refresh``."""
         heir = FlightIO(self.store, self.key, self.loader, self.lock_ttl, nobody)
-        heir._lock, self._lock = self._lock, None
+        heir._lock = self._lock
         task = asyncio.get_running_loop().create_task(_refresh_in_background(refresh, heir))
         _background.add(task)
         task.add_done_callback(_background.discard)
+        self._lock = None  # only once started: if the start fails, our close() releases it
 
     async def close(self) -> None:
         """Async twin of :meth:`stampede.fill.driver.FlightIO.close`."""

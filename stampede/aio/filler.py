@@ -60,30 +60,34 @@ class Filler:
             raise TypeError(f"loader must be callable; got {loader!r}")
         key = CacheKey.of(key)
         options = self.options.replace(**overrides) if overrides else self.options
-        led = False
+        own = False  # True once this caller's own loader made the value (see DontCache)
 
         async def lead(serve: Callable[[Any], None]) -> Any:
             # Coalesced before the first read: see stampede.fill.filler.
-            nonlocal led
-            led = True
+            nonlocal own
+            own = True
             clock = self.clock
             try:
                 seen = await self.store.read(key)
             except STORE_ERRORS as exc:
                 seen = unavailable(exc, key, "Read")
+                verdict = None
             else:
-                if judge(seen, clock.wall(), options, clock.random()) is Verdict.FRESH:
+                verdict = judge(seen, clock.wall(), options, clock.random())
+                if verdict is Verdict.FRESH:
                     return value_of(seen)
-            protocol = flight.fill(key.full, timeout, options, clock, seen)
+            protocol = flight.fill(key.full, timeout, options, clock, seen, verdict)
             return await run_protocol(protocol, self.store, key, loader, options.lock_ttl, serve)
 
         async def on_follow_timeout(waited: float) -> Any:
+            nonlocal own
+            own = True
             protocol = flight.timed_out(key.full, waited, options)
             return await run_protocol(protocol, self.store, key, loader, options.lock_ttl)
 
         flights = local.group(self.flights)
         value = await flights.run(key.full, lead, options.wait_timeout, on_follow_timeout)
-        if flight.needs_own_load(value, led):
+        if flight.needs_own_load(value, own):
             value = await run_protocol(flight.load_own(), self.store, key, loader, options.lock_ttl)
         return unwrap_private(value)
 

@@ -1,4 +1,4 @@
-"""Async twin of ``stampede.local``: one flight per key per event loop, result shared."""
+"""Async twin of ``stampede.fill.local``: one flight per key per event loop, result shared."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from .loops import loop_state
 
 
 class FlightGroup:
-    """Async twin of :class:`stampede.local.FlightGroup` (futures instead of events)."""
+    """Async twin of :class:`stampede.fill.local.FlightGroup` (futures instead of events)."""
 
     def __init__(self) -> None:
         self._flights: dict[Hashable, asyncio.Future[Any]] = {}
@@ -23,15 +23,17 @@ class FlightGroup:
         follow_timeout: float | None,
         on_follow_timeout: Callable[[float], Awaitable[Any]],
     ) -> Any:
-        """Async twin of :meth:`stampede.local.FlightGroup.run`."""
+        """Async twin of :meth:`stampede.fill.local.FlightGroup.run`."""
         flight = self._flights.get(key)
         if flight is not None:
             events.emit("coalesced", key=key)
-            try:
-                # shield: a follower that gives up must not cancel the leader's flight
-                return await asyncio.wait_for(asyncio.shield(flight), follow_timeout)
-            except asyncio.TimeoutError:
+            # Waited on without wait_for: a follower that gives up must not cancel the leader's
+            # flight, and a TimeoutError the leader's own load raised is the flight's result
+            # (shared like any error), not this follower's time-out.
+            await asyncio.wait([flight], timeout=follow_timeout)
+            if not flight.done():
                 return await on_follow_timeout(follow_timeout or 0.0)
+            return flight.result()
         flight = self._flights[key] = asyncio.get_running_loop().create_future()
 
         def settle(value: Any) -> None:

@@ -1,6 +1,6 @@
-"""Async twin of ``stampede.mutex``: the same lock, for ``redis.asyncio`` clients.
+"""Async twin of ``stampede.lock.mutex``: the same lock, for ``redis.asyncio`` clients.
 
-Validation, script arguments and the waiting rules come from ``stampede.locking``, shared with
+Validation, script arguments and the waiting rules come from ``stampede.lock.rules``, shared with
 the sync ``Mutex``; only the waiting differs (a renewal task per held lock instead of the
 process's watchdog thread; an ``asyncio.Lock`` as the local queue).
 """
@@ -85,7 +85,7 @@ class Mutex(MutexBase):
         async with _local_turn(self._client, self._lock_key, deadline) as our_turn:
             if not our_turn:
                 return False, 0
-            # Subscribed (and confirmed) before the next SET NX: see stampede.mutex.
+            # Subscribed (and confirmed) before the next SET NX: see stampede.lock.mutex.
             subscription = await notifier_for(self._client).subscribe(self._channel)
             async with subscription:
                 while True:
@@ -182,7 +182,7 @@ class Mutex(MutexBase):
 
 @asynccontextmanager
 async def _local_turn(client: Any, lock_key: Any, deadline: float | None) -> AsyncIterator[bool]:
-    """Async twin of ``stampede.mutex._local_turn``."""
+    """Async twin of ``stampede.lock.mutex._local_turn``."""
     turns = loop_state().turns
     slot = (id(connection_pool_of(client)), lock_key)
     entry = turns.setdefault(slot, [asyncio.Lock(), 0])

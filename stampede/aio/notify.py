@@ -1,7 +1,7 @@
-"""Async twin of ``stampede.notify``: one pub/sub connection and listener task per event loop
+"""Async twin of ``stampede.io.notify``: one pub/sub connection and listener task per event loop
 and pool.
 
-The rules are those of ``stampede.notify`` (confirmed subscribe before the attempt; one
+The rules are those of ``stampede.io.notify`` (confirmed subscribe, then a re-check; one
 SUBSCRIBE per channel; every waiter woken on a lost connection and again once resubscribed),
 kept by the shared ``ChannelBook``. Everything runs on one event loop, so no lock is needed.
 """
@@ -27,7 +27,7 @@ _RECONNECT_BACKOFF = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
 
 class Subscription:
-    """Async twin of :class:`stampede.notify.Subscription`."""
+    """Async twin of :class:`stampede.io.notify.Subscription`."""
 
     __slots__ = ("_event", "_notifier", "channel", "message")
 
@@ -61,7 +61,7 @@ class Subscription:
 
 
 class Notifier:
-    """Async twin of :class:`stampede.notify.Notifier` (a listener task, not a thread)."""
+    """Async twin of :class:`stampede.io.notify.Notifier` (a listener task, not a thread)."""
 
     def __init__(self, connection_class: type, connection_kwargs: dict[str, Any]) -> None:
         self._connection_class = connection_class
@@ -73,7 +73,7 @@ class Notifier:
         self._closed = False
 
     async def subscribe(self, channel: str | bytes, timeout: float = ACK_TIMEOUT) -> Subscription:
-        """Async twin of :meth:`stampede.notify.Notifier.subscribe`."""
+        """Async twin of :meth:`stampede.io.notify.Notifier.subscribe`."""
         name = channel_name(channel)
         subscription = Subscription(self, name)
         episode, created = self._book.join(name, subscription)
@@ -83,6 +83,12 @@ class Notifier:
                 # Bounded: a Redis that accepts TCP but answers nothing must not hang us.
                 if not await asyncio.wait_for(self._ensure_connected(), timeout):
                     await self._send("SUBSCRIBE", name, episode)
+            except asyncio.TimeoutError:
+                self._book.leave(name, subscription)
+                # A Redis error, as the sync twin raises: on_redis_error applies to it.
+                raise RedisTimeoutError(
+                    f"Redis did not connect for SUBSCRIBE {name!r} in {timeout}s"
+                ) from None
             except BaseException:
                 self._book.leave(name, subscription)
                 raise
@@ -93,6 +99,9 @@ class Notifier:
             raise RedisTimeoutError(
                 f"Redis did not confirm SUBSCRIBE {name!r} in {timeout}s"
             ) from None
+        except BaseException:
+            await subscription.close()  # cancelled: leave no channel behind in the book
+            raise
         return subscription
 
     async def _unsubscribe(self, subscription: Subscription) -> None:
@@ -168,7 +177,7 @@ class Notifier:
                 attempt += 1
 
     async def close(self) -> None:
-        """Async twin of :meth:`stampede.notify.Notifier.close`."""
+        """Async twin of :meth:`stampede.io.notify.Notifier.close`."""
         self._closed = True
         connection, self._connection = self._connection, None
         self._book.close()

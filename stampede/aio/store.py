@@ -105,15 +105,17 @@ class RedisFillLock:
         return self._token is not None
 
     async def attempt(self) -> LockAttempt:
-        token = secrets.token_hex(16)
+        # The token is ours before the call: see stampede.fill.store.RedisFillLock.attempt.
+        token = self._token = secrets.token_hex(16)
         call = calls.acquire(self._key, token, self._ttl)
         reply = await scripts.arun(self._store.client, scripts.ACQUIRE_READ, *call)
-        attempt = calls.attempt_of(reply, self._store.loads)
-        if attempt.won:
-            self._token = token
-            loop = asyncio.get_running_loop()
-            self._renewal = loop.create_task(self._renew_while_held(token))
-        return attempt
+        lost = calls.lost_attempt(reply)
+        if lost is not None:
+            self._token = None
+            return lost
+        loop = asyncio.get_running_loop()
+        self._renewal = loop.create_task(self._renew_while_held(token))
+        return calls.won_attempt(reply, self._store.loads)
 
     async def peek(self) -> float | None:
         return calls.holder_ttl_of_pttl(await self._store.client.pttl(lock_key(self._key.full)))
@@ -125,12 +127,16 @@ class RedisFillLock:
         return await self._wakeups.wait(seconds)
 
     async def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
-        token = self._release_locally()
+        token = self._token
         if token is None:
             return False
+        # Serialized while the lock is still ours: see stampede.fill.store.RedisFillLock.commit.
         payload = None if record is MISSING else self._store.dumps(record)
         call = calls.commit(self._key, token, outcome, payload, ttl)
-        return bool(await scripts.arun(self._store.client, scripts.COMMIT, *call))
+        self._stop_renewal()
+        committed = bool(await scripts.arun(self._store.client, scripts.COMMIT, *call))
+        self._token = None  # only now: if the call failed or was cancelled, close() releases
+        return committed
 
     async def close(self) -> None:
         await self._wakeups.close()
@@ -148,10 +154,13 @@ class RedisFillLock:
 
     def _release_locally(self) -> str | None:
         token, self._token = self._token, None
+        self._stop_renewal()
+        return token
+
+    def _stop_renewal(self) -> None:
         if self._renewal is not None:
             self._renewal.cancel()
             self._renewal = None
-        return token
 
     async def _renew_while_held(self, token: str) -> None:
         while True:

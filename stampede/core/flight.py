@@ -20,8 +20,9 @@ The protocol for one key (after the hit check and in-process coalescing, see ``f
             lost -> Subscribe (confirmed), Peek at the lock (a release between the lost
                     attempt and the subscription would be missed otherwise), Wait for the
                     wake-up at most the holder's remaining TTL; a published value or failure
-                    is the answer, else re-read; a vanished holder is contended again;
-                    past wait_timeout, on_timeout decides.
+                    is the answer, else re-read; a lock found released at the peek: read what
+                    its holder stored; a holder vanished with nothing stored is contended
+                    again; past wait_timeout, on_timeout decides.
 """
 
 from __future__ import annotations
@@ -228,30 +229,37 @@ def expiries(
 UNREAD: Any = object()
 
 
-def needs_own_load(value: Any, led: bool) -> bool:
+def needs_own_load(value: Any, own: bool) -> bool:
     """Return True if a caller that got ``value`` from another's flight must load its own.
 
     A ``DontCache`` result belongs to the caller whose loader made it; every other caller of
     that flight runs its own loader (see ``stampede.DontCache``).
     """
-    return not led and isinstance(value, DontCache)
+    return not own and isinstance(value, DontCache)
 
 
 # -- the protocol ------------------------------------------------------------------------------
 
 
 def fill(
-    key: Any, timeout: float | None, options: FillOptions, clock: Clock, seen: Any = UNREAD
+    key: Any,
+    timeout: float | None,
+    options: FillOptions,
+    clock: Clock,
+    seen: Any = UNREAD,
+    verdict: Verdict | None = None,
 ) -> Protocol:
     """Return the value of ``key``, loading it at most once across every process.
 
     ``seen`` is the record the caller already read (the hit check), or a ``StoreUnavailable``
-    if that read failed; ``UNREAD`` reads first.
+    if that read failed; ``UNREAD`` reads first. ``verdict`` is the caller's judgement of
+    ``seen``, if it made one: judging again would draw XFetch's random number a second time,
+    and an early refresh would then need two elections instead of one.
     """
     try:
         if isinstance(seen, StoreUnavailable):
             raise seen
-        return (yield from _fill(key, timeout, options, clock, seen))
+        return (yield from _fill(key, timeout, options, clock, seen, verdict))
     except StoreUnavailable as unavailable:
         if options.on_redis_error == "raise":
             raise unavailable.error from None
@@ -261,10 +269,16 @@ def fill(
 
 
 def _fill(
-    key: Any, timeout: float | None, options: FillOptions, clock: Clock, seen: Any
+    key: Any,
+    timeout: float | None,
+    options: FillOptions,
+    clock: Clock,
+    seen: Any,
+    verdict: Verdict | None,
 ) -> Protocol:
     record = (yield Read()) if seen is UNREAD else seen
-    verdict = judge(record, clock.wall(), options, clock.random())
+    if verdict is None or seen is UNREAD:
+        verdict = judge(record, clock.wall(), options, clock.random())
     if verdict is Verdict.FRESH:
         return value_of(record)
     if verdict is Verdict.FAILED:
@@ -306,9 +320,13 @@ def _fill_missing(key: Any, timeout: float | None, options: FillOptions, clock: 
         attempt = yield TryLock()
         if attempt.won:
             # The previous holder may have stored and released between our read and our
-            # attempt; loading again would be the very stampede we prevent.
-            if judge(attempt.record, clock.wall(), options, 1.0) in (Verdict.FRESH, Verdict.EARLY):
+            # attempt; loading again would be the very stampede we prevent. A failure it
+            # stored (error_ttl) is served like any other caller gets it.
+            found = judge(attempt.record, clock.wall(), options, 1.0)
+            if found is not Verdict.ABSENT and found is not Verdict.STALE:
                 yield from _release(FILLED)
+                if found is Verdict.FAILED:
+                    attempt.record.raise_()
                 return value_of(attempt.record)
             return (yield from refresh(timeout, options, clock))
         holder_ttl = attempt.holder_ttl

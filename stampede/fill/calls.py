@@ -28,12 +28,16 @@ def acquire(key: CacheKey, token: str, ttl: float) -> Call:
     return (keys.lock_key(full), full), (token, to_ms(ttl))
 
 
-def attempt_of(reply: Any, loads: Callable[[bytes], Any]) -> LockAttempt:
-    """Read ``ACQUIRE_READ``'s reply: won with the key's record, or lost with the holder's TTL."""
+def lost_attempt(reply: Any) -> LockAttempt | None:
+    """Read ``ACQUIRE_READ``'s reply: the lost attempt (with the holder's TTL), or None if won."""
     won, value = reply
-    if won:
-        return LockAttempt(True, record=MISSING if value is None else loads(value))
-    return LockAttempt(False, holder_ttl=holder_ttl_seconds(int(value)))
+    return None if won else LockAttempt(False, holder_ttl=holder_ttl_seconds(int(value)))
+
+
+def won_attempt(reply: Any, loads: Callable[[bytes], Any]) -> LockAttempt:
+    """Read a won ``ACQUIRE_READ``'s reply: the key's record, decoded."""
+    raw = reply[1]
+    return LockAttempt(True, record=MISSING if raw is None else loads(raw))
 
 
 def extend(key: CacheKey, token: str, ttl: float) -> Call:

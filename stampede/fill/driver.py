@@ -90,13 +90,14 @@ class FlightIO:
     def _hand_over(self, refresh: flight.Protocol) -> None:
         """Give the held lock to a background thread that runs ``refresh``."""
         heir = FlightIO(self.store, self.key, self.loader, self.lock_ttl, nobody)
-        heir._lock, self._lock = self._lock, None
+        heir._lock = self._lock
         threading.Thread(
             target=_refresh_in_background,
             args=(refresh, heir),
             name="stampede-refresh",
             daemon=True,
         ).start()
+        self._lock = None  # only once started: if the start fails, our close() releases it
 
     def close(self) -> None:
         """Release what the flight still holds: after an interrupt, or a step that raised."""

@@ -3,9 +3,11 @@
 The one core object every entry point uses (``StampedeCache``, ``@cached``, pages, scripts with
 a bare ``redis.Redis``). It owns the rules around the protocol:
 
-- the hit check: a fresh record is returned from one read, before any flight, generator or
-  lock object exists (the path most calls take);
-- in-process coalescing: one flight per key per process (``local.py``), its result shared;
+- in-process coalescing: one flight per key per process (``local.py``), its result shared.
+  Callers join it *before* reading, so a cold key costs a process one ``GET``, not one per
+  thread;
+- the hit check: the flight's leader reads, and a fresh record is returned before any
+  protocol generator, lock, driver or options copy exists (the path most calls take);
 - the follower time-out rule: a caller that waited ``wait_timeout`` on its own process's
   flight gets ``on_timeout``, the same rule (``flight.timed_out``) as a waiter on another
   process's lock;
@@ -78,31 +80,35 @@ class Filler:
             raise TypeError(f"loader must be callable; got {loader!r}")
         key = CacheKey.of(key)
         options = self.options.replace(**overrides) if overrides else self.options
-        led = False
+        own = False  # True once this caller's own loader made the value (see DontCache)
 
         def lead(serve: Callable[[Any], None]) -> Any:
             # Coalesced before the first read: on a cold key, every thread of the process
             # reading for itself would be the herd again, in GETs. A hit costs the group a
             # dict entry under its lock, and builds no generator, lock or driver.
-            nonlocal led
-            led = True
+            nonlocal own
+            own = True
             clock = self.clock
             try:
                 seen = self.store.read(key)
             except STORE_ERRORS as exc:
                 seen = unavailable(exc, key, "Read")
+                verdict = None
             else:
-                if judge(seen, clock.wall(), options, clock.random()) is Verdict.FRESH:
+                verdict = judge(seen, clock.wall(), options, clock.random())
+                if verdict is Verdict.FRESH:
                     return value_of(seen)
-            protocol = flight.fill(key.full, timeout, options, clock, seen)
+            protocol = flight.fill(key.full, timeout, options, clock, seen, verdict)
             return run_protocol(protocol, self.store, key, loader, options.lock_ttl, serve)
 
         def on_follow_timeout(waited: float) -> Any:
+            nonlocal own
+            own = True
             protocol = flight.timed_out(key.full, waited, options)
             return run_protocol(protocol, self.store, key, loader, options.lock_ttl)
 
         value = self.flights.run(key.full, lead, options.wait_timeout, on_follow_timeout)
-        if flight.needs_own_load(value, led):
+        if flight.needs_own_load(value, own):
             value = run_protocol(flight.load_own(), self.store, key, loader, options.lock_ttl)
         return unwrap_private(value)
 

@@ -108,15 +108,17 @@ class RedisFillLock:
         return self._token is not None
 
     def attempt(self) -> LockAttempt:
-        token = secrets.token_hex(16)
-        reply = scripts.run(
-            self._store.client, scripts.ACQUIRE_READ, *calls.acquire(self._key, token, self._ttl)
-        )
-        attempt = calls.attempt_of(reply, self._store.loads)
-        if attempt.won:
-            self._token = token
-            self._renewal = watchdog.schedule(self._renew, self._ttl / 3)
-        return attempt
+        # The token is ours before the call: a reply lost after Redis ran SET NX (a timeout,
+        # an interrupt) must still be released by close(), not left to its TTL.
+        token = self._token = secrets.token_hex(16)
+        call = calls.acquire(self._key, token, self._ttl)
+        reply = scripts.run(self._store.client, scripts.ACQUIRE_READ, *call)
+        lost = calls.lost_attempt(reply)
+        if lost is not None:
+            self._token = None
+            return lost
+        self._renewal = watchdog.schedule(self._renew, self._ttl / 3)
+        return calls.won_attempt(reply, self._store.loads)
 
     def peek(self) -> float | None:
         return calls.holder_ttl_of_pttl(self._store.client.pttl(lock_key(self._key.full)))
@@ -128,12 +130,17 @@ class RedisFillLock:
         return self._wakeups.wait(seconds)
 
     def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
-        token = self._release_locally()
+        token = self._token
         if token is None:
             return False
+        # Serialized while the lock is still ours: a value that does not pickle raises here,
+        # and close() then releases the lock (and wakes the waiters) instead of its TTL.
         payload = None if record is MISSING else self._store.dumps(record)
         call = calls.commit(self._key, token, outcome, payload, ttl)
-        return bool(scripts.run(self._store.client, scripts.COMMIT, *call))
+        self._stop_renewal()
+        committed = bool(scripts.run(self._store.client, scripts.COMMIT, *call))
+        self._token = None  # only now: if the call failed, close() still releases
+        return committed
 
     def close(self) -> None:
         self._wakeups.close()
@@ -149,10 +156,13 @@ class RedisFillLock:
 
     def _release_locally(self) -> str | None:
         token, self._token = self._token, None
+        self._stop_renewal()
+        return token
+
+    def _stop_renewal(self) -> None:
         if self._renewal is not None:
             self._renewal.cancel()
             self._renewal = None
-        return token
 
     def _renew(self) -> bool:
         """Watchdog callback: extend while held; stop at the commit or the first refusal."""

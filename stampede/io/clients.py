@@ -67,9 +67,10 @@ def fast_get(client: Any) -> Callable[[Any], Any]:
 
     Most calls of a cache are hits, and a hit is one ``GET``. redis-py's generic command path
     (retry policy, observability hooks, response callbacks) costs a third of a hit's CPU; for a
-    plain ``redis.Redis`` returning bytes this goes to the connection directly. A connection
-    error (a pooled connection the server closed) falls back to ``client.get``, whose own
-    retry policy decides; any other client type simply gets ``client.get``.
+    plain ``redis.Redis`` returning bytes this goes to the connection directly. Any connection
+    error (no connection to be had, or a pooled one the server closed) falls back to
+    ``client.get``, once the failed connection is back in the pool, so the client's own retry
+    policy decides; any other client type simply gets ``client.get``.
     """
     import redis
     from redis.exceptions import ConnectionError as RedisConnectionError
@@ -83,20 +84,26 @@ def fast_get(client: Any) -> Callable[[Any], Any]:
     args: tuple[str, ...] = () if _pool_takes_no_command_name() else ("GET",)
 
     def get(name: Any) -> Any:
-        connection = pool.get_connection(*args)
+        try:
+            connection = pool.get_connection(*args)
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            return client.get(name)
         try:
             connection.send_command("GET", name)
-            return connection.read_response()
+            reply = connection.read_response()
         except ResponseError:
+            pool.release(connection)
             raise
         except (RedisConnectionError, RedisTimeoutError, OSError):
             connection.disconnect()
+            pool.release(connection)
             return client.get(name)
         except BaseException:
             connection.disconnect()  # a reply may be left unread: never reuse it
-            raise
-        finally:
             pool.release(connection)
+            raise
+        pool.release(connection)
+        return reply
 
     return get
 

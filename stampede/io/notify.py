@@ -1,8 +1,9 @@
 """Wake-ups pushed by Redis: one pub/sub connection and listener thread per process and pool.
 
-Waiters never sleep-poll. A waiter subscribes to a channel, then makes the attempt whose failure
-it will wait on (``SET NX``), then parks on a local event that the listener sets when a message
-arrives on that channel.
+Waiters never sleep-poll. A waiter subscribes to a channel, then checks once more the state
+whose change it waits for (a blocked ``Mutex.acquire`` makes its next ``SET NX`` attempt; a
+cache fill that lost its attempt peeks at the lock), then parks on a local event that the
+listener sets when a message arrives on that channel.
 
 Rule: ``subscribe`` returns only once Redis has confirmed the subscription. Otherwise this
 timeline loses a wake-up::

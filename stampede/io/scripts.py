@@ -78,7 +78,7 @@ COMMIT = Script(
     "commit",
     """
 -- KEYS[1] cache key, KEYS[2] lock key
--- ARGV[1] token, [2] record, [3] ttl ms (0: none, -1: no write), [4] channel, [5] message, [6]
+-- ARGV[1] token, [2] record, [3] ttl ms (0: none, -1: no write), [4] channel, [5] message, [6] flag
 -- returns 1 when the lock was ours: the record is written, the lock released, the waiters
 -- told; 0 when it was not (nothing is written, released or published)
 -- ARGV[6] "1" appends the record to the message: a small record travels inside the wake-up,

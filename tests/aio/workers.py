@@ -29,3 +29,27 @@ def locked_increments(url: str, name: str, tasks: int, rounds: int) -> list[int]
         return fences
 
     return asyncio.run(main())
+
+
+def bare_fill_tasks(url: str, key: str, counter: str, tasks: int, load_seconds: float) -> list:
+    """Return what ``tasks`` tasks got from ``aio.Filler.get_or_load`` over ``redis.asyncio``."""
+    import redis.asyncio
+
+    from stampede import aio
+
+    async def main() -> list:
+        client = redis.asyncio.Redis.from_url(url)
+        filler = aio.Filler(aio.RedisStore(client))
+
+        async def load() -> str:
+            await client.incr(counter)
+            await asyncio.sleep(load_seconds)
+            return "loaded once"
+
+        got = await asyncio.gather(
+            *(filler.get_or_load(key, load, timeout=60) for _ in range(tasks))
+        )
+        await client.aclose()
+        return list(got)
+
+    return asyncio.run(main())

@@ -21,7 +21,7 @@ import redis as redis_py
 from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
 
-from stampede.core.envelope import Envelope
+from stampede.core.envelope import WAKEUP_VALUE_LIMIT, Envelope
 from tests.django import workers
 from tests.helpers import (
     SPAWN,
@@ -100,7 +100,24 @@ def test_cold_stampede_waiters_do_not_poll_redis(redis, redis_url):
 
     assert results == [("ok", ("value", "built"))] * 200
     assert loader_calls(redis) == 1
-    assert total <= 10 * processes + 20
+    assert total <= 10 * processes
+    # One GET per process (its flight's first read), one inside the winner's acquire, one
+    # inside its commit (the token check). Waiting processes read nothing after the wake-up:
+    # the small value came inside the message.
+    assert calls["get"] == processes + 2
+
+
+@pytest.mark.slow
+def test_a_value_too_big_for_the_wake_up_message_is_read_once_per_waiting_process(redis, redis_url):
+    processes, big = 3, "x" * (WAKEUP_VALUE_LIMIT + 1)
+    redis.config_resetstat()
+    results = cold_stampede(redis_url, processes, 5, big)
+    calls = command_calls(redis)
+
+    assert results == [("ok", ("value", big))] * 15
+    assert loader_calls(redis) == 1
+    # As above, plus one re-read from the primary by each waiting process.
+    assert calls["get"] == processes + 2 + (processes - 1)
 
 
 # -- 3. the holder crashes ------------------------------------------------------------------

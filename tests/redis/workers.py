@@ -55,3 +55,26 @@ def hold_until_killed(url: str, name: str, ttl: float, acquired: Any) -> None:
     acquired.set()
     while True:
         time.sleep(60)
+
+
+_fillers: dict[str, Any] = {}
+
+
+def bare_fill(url: str, key: str, counter: str, load_seconds: float) -> Any:
+    """Return ``Filler.get_or_load(key, ...)`` over a bare ``redis.Redis``: no Django at all.
+
+    One ``Filler`` per process, shared by its threads, as a Flask or script user would keep it.
+    """
+    from stampede import Filler, RedisStore
+
+    filler = _fillers.get(url)
+    if filler is None:
+        filler = _fillers[url] = Filler(RedisStore(client_for(url)))
+    client = client_for(url)
+
+    def load() -> str:
+        client.incr(counter)
+        time.sleep(load_seconds)
+        return "loaded once"
+
+    return filler.get_or_load(key, load, timeout=60)

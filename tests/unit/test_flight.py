@@ -699,3 +699,30 @@ E_1 = math.exp(-1)  # ln(E_1) == -1.0 exactly, so gap = load_seconds * beta
 )
 def test_xfetch_early_refresh_boundaries(envelope, now, beta, random, wanted):
     assert envelope.wants_early_refresh(now, beta, random) is wanted
+
+
+def test_a_callers_early_verdict_is_kept_not_drawn_again():
+    # The caller's hit check drew the random number that elected it (EARLY). Judging again
+    # with a second draw would make an early refresh need two elections: here the second
+    # draw (random=1.0) would find the record fresh and refresh nothing.
+    clock = FakeClock(random=1.0)
+    record = Envelope("old", NOW + 0.05, 0.1)
+    script = [won(record), Step(Serve("old")), load("new"), Step(Commit, send=True)]
+
+    run = drive(
+        fill("key", 60.0, FillOptions(), clock.clock, seen=record, verdict=Verdict.EARLY),
+        script,
+        clock,
+    )
+
+    assert run.returned == "new"
+    assert run.events == []  # early, not stale
+
+
+def test_a_winner_that_finds_a_stored_failure_releases_and_raises_it():
+    clock = FakeClock()
+    script = [read(MISSING), won(Failure(DB_DOWN)), released(FILLED)]
+
+    run = drive(fill("key", 60.0, FillOptions(error_ttl=5), clock.clock), script, clock)
+
+    assert run.raised is DB_DOWN

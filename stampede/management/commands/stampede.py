@@ -130,7 +130,7 @@ class Command(BaseCommand):
                 return
             # Compare-and-delete on the token just read, so the TTL and fencing token reported
             # are those of the lock deleted, not of a holder that took it in between. The
-            # message voids the holder's pending write (its STORE checks the token) and sends
+            # message voids the holder's pending write (its COMMIT checks the token) and sends
             # the waiters back to read and, finding nothing, to load afresh.
             if scripts.run(client, scripts.RELEASE, (lock,), (token, channel, INVALIDATED)):
                 self.stdout.write(

@@ -1,0 +1,44 @@
+"""The layers hold: the core imports no Redis, Django or Celery; the Redis layers no Django.
+
+Each import runs in a fresh interpreter, so what one test imported cannot hide what another
+pulls in.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+FORBIDDEN = {
+    # The protocol, the record, options, names and the port: pure.
+    "stampede.core.flight": ("redis", "django", "celery"),
+    "stampede.core.envelope": ("redis", "django", "celery"),
+    "stampede.core.options": ("redis", "django", "celery"),
+    "stampede.core.keys": ("redis", "django", "celery"),
+    "stampede.core.port": ("redis", "django", "celery"),
+    "stampede.core.events": ("redis", "django", "celery"),
+    # The Redis I/O, the lock and the filler: redis, never Django or Celery.
+    "stampede": ("redis", "django", "celery"),
+    "stampede.fill.filler": ("django", "celery"),
+    "stampede.fill.store": ("django", "celery"),
+    "stampede.lock.mutex": ("django", "celery"),
+    "stampede.lock.guard": ("django", "celery"),
+    "stampede.aio": ("django", "celery"),
+    # The Celery adapter reaches Django only through stampede.django_internals, and only when
+    # asked for its lock client. (Celery's kombu imports django.utils itself when installed.)
+    "stampede.celery": ("django.conf", "django.core.cache", "stampede.django_internals"),
+}
+
+
+@pytest.mark.parametrize(("module", "forbidden"), FORBIDDEN.items(), ids=list(FORBIDDEN))
+def test_module_imports_nothing_of_the_layers_above(module, forbidden):
+    probe = (
+        f"import sys, {module}\n"
+        f"print(' '.join(name for name in {forbidden!r} if name in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert result.stdout.strip() == "", f"{module} imported {result.stdout.strip()}"
