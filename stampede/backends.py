@@ -36,6 +36,8 @@ from .fill.store import RedisStore
 from .lock.mutex import Mutex
 
 _BACKEND_OPTIONS = ("LOCK_URL", "NEAR_CACHE")
+_FOREVER = float("inf")
+_PLAIN_NUMBERS = (int, float)  # exactly: bool is an int, and True is no timeout
 # Per wrapped alias, full keys that passed its validate_key (bounded sets, cleared when full).
 _valid_keys: dict[str, dict[Any, bool]] = {}
 _VALID_KEYS_MAX = 10_000
@@ -130,7 +132,9 @@ class StampedeCache(BaseCache):
         process and machine while the others wait for it and read its result.
         """
         loader = default if callable(default) else (lambda: default)
-        return self.get_or_load(key, loader, timeout=timeout, version=version)
+        return self.filler.get_or_load(
+            self._key(key, version), loader, self._resolve_timeout(timeout)
+        )
 
     def get_or_load(
         self,
@@ -203,6 +207,8 @@ class StampedeCache(BaseCache):
             return self.default_timeout
         if timeout is None:
             return None
+        if type(timeout) in _PLAIN_NUMBERS and 0 <= timeout < _FOREVER:
+            return float(timeout)  # the common case: nothing to validate
         if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout < 0:
             return 0.0  # Django: a negative timeout expires at once, like 0
         return conf.seconds("timeout", timeout, allow_zero=True)
