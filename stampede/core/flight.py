@@ -341,10 +341,7 @@ def _fill_missing(key: Any, timeout: float | None, options: FillOptions, clock: 
                 # Released meanwhile: its value is most likely stored. One read answers
                 # then; a lock attempt would cost an acquire and a release.
                 record = yield Read(primary=True)
-                verdict = judge(record, clock.wall(), options, 1.0)
-                if verdict is Verdict.FAILED:
-                    record.raise_()
-                if verdict is not Verdict.ABSENT:
+                if _answers(record, clock, options):
                     return value_of(record)
                 continue
         waited = clock.monotonic() - started
@@ -360,13 +357,21 @@ def _fill_missing(key: Any, timeout: float | None, options: FillOptions, clock: 
         record = wake.record
         if record is MISSING:
             record = yield Read(primary=True)
-        verdict = judge(record, clock.wall(), options, 1.0)
-        if verdict is Verdict.FAILED:
-            record.raise_()
-        if verdict is not Verdict.ABSENT:
+        if _answers(record, clock, options):
             return value_of(record)
         # Still absent: the holder crashed, lost its lock, or its write was invalidated.
         # Contend again; wait_timeout bounds how often.
+
+
+def _answers(record: Any, clock: Clock, options: FillOptions) -> bool:
+    """Return True if ``record``, read after another caller's fill, is this caller's answer.
+
+    A failure that fill stored (error_ttl) is raised; an absent record answers nothing.
+    """
+    verdict = judge(record, clock.wall(), options, 1.0)
+    if verdict is Verdict.FAILED:
+        record.raise_()
+    return verdict is not Verdict.ABSENT
 
 
 def timed_out(key: Any, waited: float, options: FillOptions) -> Protocol:
