@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 from .core import events
 from .core.envelope import DontCache
 from .core.options import FillOptions
-from .exceptions import LoaderError, LockLost, LockTimeout, StampedeError, WaitTimeout
+from .exceptions import (
+    LoaderError,
+    LockLost,
+    LockTimeout,
+    ReentrantLoad,
+    StampedeError,
+    WaitTimeout,
+)
 
 if TYPE_CHECKING:
     from .decorators import cached, single_flight
@@ -34,6 +41,7 @@ __all__ = [
     "LockTimeout",
     "Mutex",
     "RedisStore",
+    "ReentrantLoad",
     "StampedeError",
     "WaitTimeout",
     "__version__",

@@ -63,3 +63,20 @@ class WaitTimeout(StampedeError, TimeoutError):
             f"waited {waited:.3f}s for another caller to fill {key!r}; "
             "raise WAIT_TIMEOUT or choose ON_TIMEOUT='load'"
         )
+
+
+class ReentrantLoad(StampedeError, RuntimeError):
+    """A loader asked for the very key it is loading (directly, or through other keys' loaders).
+
+    Waiting would never end: the inner call would wait for the fill its own caller is running.
+    ``chain`` holds the keys this call chain was loading, in order, ending with ``key`` again.
+    """
+
+    def __init__(self, key: object, chain: tuple[object, ...]) -> None:
+        self.key = key
+        self.chain = chain
+        path = " -> ".join(repr(name) for name in chain)
+        super().__init__(
+            f"the loader of {key!r} needs {key!r} itself (loading {path}); a loader must not "
+            "depend on the value it is filling: break the cycle, or read with cache.get()"
+        )

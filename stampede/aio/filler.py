@@ -20,6 +20,7 @@ from ..core.flight import SYSTEM_CLOCK, Clock, Verdict, judge, value_of
 from ..core.keys import CacheKey, Name
 from ..core.options import FillOptions
 from ..core.port import AsyncStore
+from ..fill.chain import loading, refuse_reentry
 from ..fill.edge import STORE_ERRORS, unavailable
 from . import local
 from .driver import run_protocol
@@ -59,6 +60,7 @@ class Filler:
         if not callable(loader):
             raise TypeError(f"loader must be callable; got {loader!r}")
         key = CacheKey.of(key)
+        refuse_reentry(key.full)
         options = self.options.replace(**overrides) if overrides else self.options
         own = False  # True once this caller's own loader made the value (see DontCache)
 
@@ -77,18 +79,25 @@ class Filler:
                 if verdict is Verdict.FRESH:
                     return value_of(seen)
             protocol = flight.fill(key.full, timeout, options, clock, seen, verdict)
-            return await run_protocol(protocol, self.store, key, loader, options.lock_ttl, serve)
+            with loading(key.full):
+                return await run_protocol(
+                    protocol, self.store, key, loader, options.lock_ttl, serve
+                )
 
         async def on_follow_timeout(waited: float) -> Any:
             nonlocal own
             own = True
             protocol = flight.timed_out(key.full, waited, options)
-            return await run_protocol(protocol, self.store, key, loader, options.lock_ttl)
+            with loading(key.full):
+                return await run_protocol(protocol, self.store, key, loader, options.lock_ttl)
 
         flights = local.group(self.flights)
         value = await flights.run(key.full, lead, options.wait_timeout, on_follow_timeout)
         if flight.needs_own_load(value, own):
-            value = await run_protocol(flight.load_own(), self.store, key, loader, options.lock_ttl)
+            with loading(key.full):
+                value = await run_protocol(
+                    flight.load_own(), self.store, key, loader, options.lock_ttl
+                )
         return unwrap_private(value)
 
     async def invalidate(self, *keys: CacheKey | Name) -> None:

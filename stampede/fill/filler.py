@@ -32,6 +32,7 @@ from ..core.keys import CacheKey, Name
 from ..core.options import FillOptions
 from ..core.port import Store
 from . import local
+from .chain import loading, refuse_reentry
 from .driver import run_protocol
 from .edge import STORE_ERRORS, unavailable
 
@@ -79,6 +80,7 @@ class Filler:
         if not callable(loader):
             raise TypeError(f"loader must be callable; got {loader!r}")
         key = CacheKey.of(key)
+        refuse_reentry(key.full)
         options = self.options.replace(**overrides) if overrides else self.options
         own = False  # True once this caller's own loader made the value (see DontCache)
 
@@ -99,17 +101,20 @@ class Filler:
                 if verdict is Verdict.FRESH:
                     return value_of(seen)
             protocol = flight.fill(key.full, timeout, options, clock, seen, verdict)
-            return run_protocol(protocol, self.store, key, loader, options.lock_ttl, serve)
+            with loading(key.full):
+                return run_protocol(protocol, self.store, key, loader, options.lock_ttl, serve)
 
         def on_follow_timeout(waited: float) -> Any:
             nonlocal own
             own = True
             protocol = flight.timed_out(key.full, waited, options)
-            return run_protocol(protocol, self.store, key, loader, options.lock_ttl)
+            with loading(key.full):
+                return run_protocol(protocol, self.store, key, loader, options.lock_ttl)
 
         value = self.flights.run(key.full, lead, options.wait_timeout, on_follow_timeout)
         if flight.needs_own_load(value, own):
-            value = run_protocol(flight.load_own(), self.store, key, loader, options.lock_ttl)
+            with loading(key.full):
+                value = run_protocol(flight.load_own(), self.store, key, loader, options.lock_ttl)
         return unwrap_private(value)
 
     def invalidate(self, *keys: CacheKey | Name) -> None:

@@ -14,7 +14,7 @@ import pytest
 import redis as redis_py
 import redis.asyncio as aredis
 
-from stampede import DontCache, Filler, FillOptions, RedisStore, aio
+from stampede import DontCache, Filler, FillOptions, RedisStore, ReentrantLoad, aio
 from stampede.core.keys import CacheKey, lock_key
 from tests.aio import workers as aio_workers
 from tests.helpers import call_together, run_concurrently
@@ -128,3 +128,67 @@ def test_async_leaders_timeout_error_is_shared_not_taken_for_the_followers_timeo
 
 def store_key(name: str) -> CacheKey:
     return CacheKey.of(name)
+
+
+# -- a loader that needs its own key ------------------------------------------------------------
+
+
+def test_a_loader_that_asks_for_its_own_key_is_refused_at_once(redis, filler):
+    def load() -> str:
+        return filler.get_or_load("k", load, timeout=60)
+
+    started = time.monotonic()
+    with pytest.raises(ReentrantLoad) as raised:
+        filler.get_or_load("k", load, timeout=60)
+
+    assert time.monotonic() - started < 2.0  # not a wait_timeout (5 s) per nesting level
+    assert raised.value.chain == ("k", "k")
+    assert not redis.exists(lock_key("k"))
+    assert filler.get_or_load("k", lambda: "fine", timeout=60) == "fine"
+
+
+def test_a_cycle_through_another_keys_loader_names_the_chain(redis, filler):
+    def load_a() -> str:
+        return filler.get_or_load("b", load_b, timeout=60)
+
+    def load_b() -> str:
+        return filler.get_or_load("a", load_a, timeout=60)
+
+    with pytest.raises(ReentrantLoad) as raised:
+        filler.get_or_load("a", load_a, timeout=60)
+
+    assert raised.value.chain == ("a", "b", "a")
+    assert "'a' -> 'b' -> 'a'" in str(raised.value)
+    assert not redis.exists(lock_key("a")) and not redis.exists(lock_key("b"))
+
+
+def test_a_loader_may_read_other_keys_and_the_same_key_after_its_fill(filler):
+    def load_page() -> str:
+        return "page with " + filler.get_or_load("menu", lambda: "menu", timeout=60)
+
+    assert filler.get_or_load("page", load_page, timeout=60) == "page with menu"
+    assert filler.get_or_load("page", load_page, timeout=60) == "page with menu"
+
+
+def test_async_a_loader_that_asks_for_its_own_key_is_refused_at_once(redis, redis_url):
+    async def main() -> ReentrantLoad:
+        client = aredis.Redis.from_url(redis_url)
+        filler = aio.Filler(aio.RedisStore(client), FillOptions(wait_timeout=5))
+
+        async def load() -> str:
+            return await filler.get_or_load("k", load, timeout=60)
+
+        try:
+            await filler.get_or_load("k", load, timeout=60)
+        except ReentrantLoad as exc:
+            return exc
+        finally:
+            await client.aclose()
+        raise AssertionError("the re-entrant load was not refused")
+
+    started = time.monotonic()
+    refused = asyncio.run(main())
+
+    assert time.monotonic() - started < 2.0
+    assert refused.chain == ("k", "k")
+    assert not redis.exists(lock_key("k"))
