@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.conf import settings
 from django.core.cache import caches
 from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache
@@ -41,6 +41,20 @@ _PLAIN_NUMBERS = (int, float)  # exactly: bool is an int, and True is no timeout
 # Per wrapped alias, full keys that passed its validate_key (bounded sets, cleared when full).
 _valid_keys: dict[str, dict[Any, bool]] = {}
 _VALID_KEYS_MAX = 10_000
+
+
+def _in_sync_thread(loader: Callable[[], Any]) -> Callable[[], Any]:
+    """Return a coroutine function running the sync ``loader`` as Django runs sync code.
+
+    asgiref's thread-sensitive ``sync_to_async``: off the event loop (a slow loader stalls no
+    other task), and in the thread Django's ORM expects (no ``SynchronousOnlyOperation``).
+    """
+    in_thread = sync_to_async(loader, thread_sensitive=True)
+
+    async def load() -> Any:
+        return await in_thread()
+
+    return load
 
 
 def _unwrap(record: Any, default: Any) -> Any:
@@ -157,8 +171,13 @@ class StampedeCache(BaseCache):
         self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
     ) -> Any:
         """Async twin of :meth:`get_or_set`."""
-        loader = default if callable(default) else (lambda: default)
-        return await self.aget_or_load(key, loader, timeout=timeout, version=version)
+        if callable(default):
+            return await self.aget_or_load(key, default, timeout=timeout, version=version)
+
+        async def value() -> Any:
+            return default
+
+        return await self.aget_or_load(key, value, timeout=timeout, version=version)
 
     async def aget_or_load(
         self,
@@ -177,6 +196,8 @@ class StampedeCache(BaseCache):
         if store is None:
             call = functools.partial(self.get_or_load, key, loader, timeout, version, **options)
             return await sync_to_async(call, thread_sensitive=False)()
+        if not iscoroutinefunction(loader):
+            loader = _in_sync_thread(loader)
         filler = AsyncFiller(store, self._options, flights=self._location)
         return await filler.get_or_load(
             self._key(key, version), loader, self._resolve_timeout(timeout), **options

@@ -106,7 +106,7 @@ def cached(
             async def async_wrapped(*args: Any, **kwargs: Any) -> Any:
                 return await caches[cache].aget_or_load(
                     cache_key(*args, **kwargs),
-                    lambda: func(*args, **kwargs),
+                    functools.partial(func, *args, **kwargs),
                     timeout=timeout,
                     grace=grace,
                 )

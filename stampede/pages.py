@@ -211,9 +211,11 @@ async def _alearn(request: HttpRequest, get_response: Any, policy: PagePolicy, c
         if not is_cacheable(request, response):
             return DontCache(_LEARNED)
         page_key, header_list = await sync_to_async(_finish)(request, response, policy)
-        await cache.aget_or_load(
-            page_key, lambda: response, timeout=policy.timeout, grace=policy.grace
-        )
+
+        async def stored() -> HttpResponse:
+            return response
+
+        await cache.aget_or_load(page_key, stored, timeout=policy.timeout, grace=policy.grace)
         await sync_to_async(header_list.publish)(cache)
         return _LEARNED
 

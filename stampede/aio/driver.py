@@ -103,9 +103,18 @@ _background: set[asyncio.Task[None]] = set()
 
 
 async def call_loader(loader: Callable[[], Any]) -> Any:
-    """Return ``loader()``'s value, awaiting it when the loader is a coroutine function."""
-    value = loader()
-    if inspect.isawaitable(value):
+    """Return ``loader()``'s value: awaited on the loop, or run in a worker thread.
+
+    A coroutine function runs on the event loop. Any other callable runs in a worker thread
+    (``asyncio.to_thread``), so a slow sync loader never stalls every other task of the loop
+    (the Django adapter passes its sync loaders through asgiref's thread-sensitive
+    ``sync_to_async`` first, for the ORM's sake). An awaitable result is awaited.
+    """
+    if inspect.iscoroutinefunction(loader):
+        value = await loader()
+    else:
+        value = await asyncio.to_thread(loader)
+    while inspect.isawaitable(value):
         value = await value
     return value
 

@@ -53,3 +53,39 @@ def bare_fill_tasks(url: str, key: str, counter: str, tasks: int, load_seconds: 
         return list(got)
 
     return asyncio.run(main())
+
+
+def cancel_some_callers(url: str, key: str, counter: str, tasks: int, cancel: int) -> dict:
+    """Start ``tasks`` callers of one cold key; cancel the first ``cancel`` (the process's first
+    caller among them) 0.3 s into a 1 s load; return how each ended."""
+    import redis.asyncio
+
+    from stampede import aio
+
+    async def main() -> dict:
+        client = redis.asyncio.Redis.from_url(url)
+        filler = aio.Filler(aio.RedisStore(client))
+
+        async def load() -> str:
+            await client.incr(counter)
+            await asyncio.sleep(1.0)
+            return "loaded once"
+
+        callers = []
+        for _ in range(tasks):
+            callers.append(asyncio.create_task(filler.get_or_load(key, load, timeout=60)))
+            await asyncio.sleep(0)  # the first task becomes the leader
+        await asyncio.sleep(0.3)
+        for caller in callers[:cancel]:
+            caller.cancel()
+        ended = await asyncio.gather(*callers, return_exceptions=True)
+        await asyncio.sleep(0.2)  # let the flight's own task finish its commit
+        await client.aclose()
+        return {
+            "cancelled": sum(isinstance(e, asyncio.CancelledError) for e in ended),
+            "values": sorted({e for e in ended if isinstance(e, str)}),
+            "got_value": sum(isinstance(e, str) for e in ended),
+            "other": [repr(e) for e in ended if not isinstance(e, (str, asyncio.CancelledError))],
+        }
+
+    return asyncio.run(main())
