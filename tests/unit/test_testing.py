@@ -1,0 +1,115 @@
+"""``stampede.testing.RedisServer`` uses only its own child, never another Redis on its port.
+
+The fixtures FLUSHALL the server they are given, so adopting somebody else's Redis (a busy
+port, or the free-port race lost) would wipe its data. Real redis-server processes, on
+127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import tempfile
+
+import pytest
+import redis as redis_py
+
+from stampede import testing
+from stampede.testing import RedisServer, RedisServerStartError
+
+
+class _RecordingPopen(subprocess.Popen[bytes]):
+    """``subprocess.Popen`` that remembers what it started, to check none is left running."""
+
+    started: list[subprocess.Popen[bytes]] = []
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        _RecordingPopen.started.append(self)
+
+
+@pytest.fixture
+def recorded(monkeypatch: pytest.MonkeyPatch) -> list[subprocess.Popen[bytes]]:
+    """The processes ``RedisServer`` starts during the test."""
+    started: list[subprocess.Popen[bytes]] = []
+    monkeypatch.setattr(_RecordingPopen, "started", started)
+    monkeypatch.setattr(testing.subprocess, "Popen", _RecordingPopen)
+    return started
+
+
+@pytest.fixture
+def temp_root(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """A directory that temporary directories made from now on go in, to see what is left."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
+
+
+def test_start_uses_its_own_child():
+    with RedisServer() as server:
+        assert server.process is not None
+        client = redis_py.Redis.from_url(server.url)
+        try:
+            assert client.info("server")["process_id"] == server.process.pid
+        finally:
+            client.close()
+
+
+def test_start_refuses_another_redis_on_its_port(recorded, temp_root):
+    with RedisServer() as first:
+        owner = redis_py.Redis.from_url(first.url)
+        try:
+            owner.set("precious", b"data")
+            first_dirs = set(temp_root.iterdir())
+            second = RedisServer(port=first.port)
+
+            with pytest.raises(RedisServerStartError) as failure:
+                second.start()
+
+            message = str(failure.value)
+            assert isinstance(failure.value, RuntimeError)
+            assert f"127.0.0.1:{first.port}" in message
+            assert "another server answers" in message
+            assert str(owner.info("server")["process_id"]) in message
+            # Its own child could not bind the port, and the error quotes why.
+            assert "exited at start-up" in message
+            assert "Address already in use" in message
+            # The other server and its data are untouched.
+            assert owner.get("precious") == b"data"
+            # Nothing left behind: no child running, no working directory.
+            assert len(recorded) == 2
+            assert all(process.poll() is not None for process in recorded[1:])
+            assert second.process is None
+            assert set(temp_root.iterdir()) == first_dirs
+        finally:
+            owner.close()
+    assert list(temp_root.iterdir()) == []
+
+
+def test_start_reports_its_child_exiting_when_the_port_is_not_redis(recorded, temp_root):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        server = RedisServer(port=taken.getsockname()[1])
+
+        with pytest.raises(RedisServerStartError) as failure:
+            server.start()
+
+    message = str(failure.value)
+    assert f"exited at start-up on port {server.port}" in message
+    assert "Address already in use" in message
+    assert "another server answers" not in message  # nothing answered INFO there
+    assert [process.poll() is not None for process in recorded] == [True]
+    assert list(temp_root.iterdir()) == []
+
+
+def test_failed_launch_removes_its_directory(temp_root, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("STAMPEDE_REDIS_SERVER", str(temp_root / "no-such-redis-server"))
+    server = RedisServer()
+
+    with pytest.raises(FileNotFoundError):
+        server.start()
+
+    assert server.process is None
+    assert list(temp_root.iterdir()) == []
