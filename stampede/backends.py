@@ -63,6 +63,11 @@ def _unwrap(record: Any, default: Any) -> Any:
     return value_of(record)
 
 
+def _unwrap_many(found: dict[Any, Any]) -> dict[Any, Any]:
+    values = ((k, _unwrap(v, MISSING)) for k, v in found.items())
+    return {k: v for k, v in values if v is not MISSING}
+
+
 class StampedeCache(BaseCache):
     """Wraps the cache named by ``LOCATION``; see the module docstring."""
 
@@ -126,14 +131,6 @@ class StampedeCache(BaseCache):
     def filler(self) -> Filler:
         """The core filler; every thread's backend object of this cache coalesces in one group."""
         return Filler(self.store, self._options, flights=local.group(self._location))
-
-    @property
-    def default_timeout(self) -> float | None:
-        return self._wrapped.default_timeout
-
-    @default_timeout.setter
-    def default_timeout(self, value: Any) -> None:
-        pass  # BaseCache.__init__ sets it; the wrapped cache's own TIMEOUT is the one used
 
     # -- the stampede-safe fill -------------------------------------------------------------
 
@@ -240,6 +237,49 @@ class StampedeCache(BaseCache):
         return Mutex(self.store.client, full_key, ttl=ttl, **kwargs)
 
     # -- delegation -------------------------------------------------------------------------
+    #
+    # Every public member of ``BaseCache`` answers as the wrapped cache's: its namespace
+    # (KEY_PREFIX, VERSION, KEY_FUNCTION) and TIMEOUT are the ones in force, never this alias's
+    # own, and ``BaseCache``'s generic code is never run with this object as ``self`` (it would
+    # apply this alias's VERSION). Async methods call the wrapped cache's ``a*`` methods. The
+    # exceptions: ``get_or_set``/``aget_or_set`` above fill through the protocol, and
+    # ``get``/``get_many``/``has_key`` (and their ``a*``) unwrap the envelopes it stores.
+
+    # BaseCache.__init__ assigns these from this alias's params: the setters ignore that.
+    @property
+    def default_timeout(self) -> float | None:
+        return self._wrapped.default_timeout
+
+    @default_timeout.setter
+    def default_timeout(self, value: Any) -> None:
+        pass
+
+    @property
+    def key_prefix(self) -> Any:
+        return self._wrapped.key_prefix
+
+    @key_prefix.setter
+    def key_prefix(self, value: Any) -> None:
+        pass
+
+    @property
+    def version(self) -> Any:
+        return self._wrapped.version
+
+    @version.setter
+    def version(self, value: Any) -> None:
+        pass
+
+    @property
+    def key_func(self) -> Callable[..., Any]:
+        return self._wrapped.key_func
+
+    @key_func.setter
+    def key_func(self, value: Any) -> None:
+        pass
+
+    def get_backend_timeout(self, timeout: Any = DEFAULT_TIMEOUT) -> Any:
+        return self._wrapped.get_backend_timeout(timeout)
 
     def make_key(self, key: Any, version: Any = None) -> Any:
         return self._wrapped.make_key(key, version=version)
@@ -247,38 +287,69 @@ class StampedeCache(BaseCache):
     def validate_key(self, key: Any) -> None:
         self._wrapped.validate_key(key)
 
+    def make_and_validate_key(self, key: Any, version: Any = None) -> Any:
+        return self._wrapped.make_and_validate_key(key, version=version)
+
     def get(self, key: Any, default: Any = None, version: Any = None) -> Any:
         return _unwrap(self._wrapped.get(key, MISSING, version=version), default)
 
+    async def aget(self, key: Any, default: Any = None, version: Any = None) -> Any:
+        return _unwrap(await self._wrapped.aget(key, MISSING, version=version), default)
+
     def get_many(self, keys: Any, version: Any = None) -> dict[Any, Any]:
-        found = self._wrapped.get_many(keys, version=version)
-        return {
-            k: v
-            for k, v in ((k, _unwrap(v, MISSING)) for k, v in found.items())
-            if v is not MISSING
-        }
+        return _unwrap_many(self._wrapped.get_many(keys, version=version))
+
+    async def aget_many(self, keys: Any, version: Any = None) -> dict[Any, Any]:
+        return _unwrap_many(await self._wrapped.aget_many(keys, version=version))
 
     def has_key(self, key: Any, version: Any = None) -> bool:
         return self.get(key, MISSING, version=version) is not MISSING
+
+    async def ahas_key(self, key: Any, version: Any = None) -> bool:
+        return await self.aget(key, MISSING, version=version) is not MISSING
 
     def add(
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
     ) -> bool:
         return self._wrapped.add(key, value, timeout=timeout, version=version)
 
+    async def aadd(
+        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> bool:
+        return await self._wrapped.aadd(key, value, timeout=timeout, version=version)
+
     def set(self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> Any:
         return self._wrapped.set(key, value, timeout=timeout, version=version)
+
+    async def aset(
+        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> Any:
+        return await self._wrapped.aset(key, value, timeout=timeout, version=version)
 
     def set_many(self, data: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> list[Any]:
         return self._wrapped.set_many(data, timeout=timeout, version=version)
 
+    async def aset_many(
+        self, data: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> list[Any]:
+        return await self._wrapped.aset_many(data, timeout=timeout, version=version)
+
     def touch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
         return self._wrapped.touch(key, timeout=timeout, version=version)
+
+    async def atouch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
+        return await self._wrapped.atouch(key, timeout=timeout, version=version)
 
     def delete(self, key: Any, version: Any = None) -> bool:
         """Delete ``key``; a fill of it in progress is voided and its waiters sent to reload."""
         deleted = self._wrapped.delete(key, version=version)
         self._invalidate_fills([key], version)
+        return deleted
+
+    async def adelete(self, key: Any, version: Any = None) -> bool:
+        """Async twin of :meth:`delete`."""
+        deleted = await self._wrapped.adelete(key, version=version)
+        await self._ainvalidate_fills([key], version)
         return deleted
 
     def delete_many(self, keys: Any, version: Any = None) -> Any:
@@ -287,20 +358,71 @@ class StampedeCache(BaseCache):
         self._invalidate_fills(keys, version)
         return deleted
 
+    async def adelete_many(self, keys: Any, version: Any = None) -> Any:
+        keys = list(keys)
+        deleted = await self._wrapped.adelete_many(keys, version=version)
+        await self._ainvalidate_fills(keys, version)
+        return deleted
+
+    def incr_version(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+        """As the wrapped cache's: the stored record (an envelope too) moves to the new version,
+        and a fill of the old one in progress is voided, as :meth:`delete` voids it."""
+        moved = self._wrapped.incr_version(key, delta, version=version)
+        self._invalidate_fills([key], version)
+        return moved
+
+    async def aincr_version(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+        """Async twin of :meth:`incr_version`."""
+        moved = await self._wrapped.aincr_version(key, delta, version=version)
+        await self._ainvalidate_fills([key], version)
+        return moved
+
+    def decr_version(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+        """See :meth:`incr_version`."""
+        moved = self._wrapped.decr_version(key, delta, version=version)
+        self._invalidate_fills([key], version)
+        return moved
+
+    async def adecr_version(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+        """Async twin of :meth:`decr_version`."""
+        moved = await self._wrapped.adecr_version(key, delta, version=version)
+        await self._ainvalidate_fills([key], version)
+        return moved
+
     def _invalidate_fills(self, keys: list[Any], version: Any) -> None:
         self.filler.invalidate(*(self._key(key, version) for key in keys))
+
+    async def _ainvalidate_fills(self, keys: list[Any], version: Any) -> None:
+        store = async_store_for(self.store)
+        if store is None:  # no asyncio twin of the lock client (Sentinel): in a worker thread
+            call = functools.partial(self._invalidate_fills, keys, version)
+            await sync_to_async(call, thread_sensitive=False)()
+            return
+        await store.invalidate([self._key(key, version) for key in keys])
 
     def incr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
         return self._wrapped.incr(key, delta, version=version)
 
+    async def aincr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+        return await self._wrapped.aincr(key, delta, version=version)
+
     def decr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
         return self._wrapped.decr(key, delta, version=version)
+
+    async def adecr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+        return await self._wrapped.adecr(key, delta, version=version)
 
     def clear(self) -> Any:
         return self._wrapped.clear()
 
+    async def aclear(self) -> Any:
+        return await self._wrapped.aclear()
+
     def close(self, **kwargs: Any) -> Any:
         return self._wrapped.close(**kwargs)
+
+    async def aclose(self, **kwargs: Any) -> Any:
+        return await self._wrapped.aclose(**kwargs)
 
     def __getattr__(self, name: str) -> Any:
         # Extras of the wrapped backend (django-redis's ttl(), keys(), ...) stay reachable.
