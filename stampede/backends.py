@@ -72,8 +72,14 @@ class StampedeCache(BaseCache):
     """Wraps the cache named by ``LOCATION``; see the module docstring."""
 
     def __init__(self, location: str, params: dict[str, Any]) -> None:
+        options = params.get("OPTIONS") or {}
+        if not isinstance(options, dict):
+            raise ImproperlyConfigured(
+                f"StampedeCache OPTIONS must be a dict such as {{'LOCK_TTL': 30}}; "
+                f"got {type(options).__name__} {options!r}"
+            )
         super().__init__(params)
-        options = dict(params.get("OPTIONS") or {})
+        options = dict(options)
         self._lock_url = options.pop("LOCK_URL", None)
         if options.pop("NEAR_CACHE", None) is not None:
             raise ImproperlyConfigured(
