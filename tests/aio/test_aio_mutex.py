@@ -13,7 +13,8 @@ from stampede import LockLost, LockTimeout
 from stampede.aio import Mutex
 from stampede.core.keys import lock_key
 from tests.aio import workers
-from tests.helpers import run_concurrently
+from tests.helpers import run_concurrently, subscribers
+from tests.redis.support import script_calls
 
 
 def run(coroutine):
@@ -64,7 +65,12 @@ def test_waiter_is_woken_by_the_release_not_by_polling(url, redis):
         assert await holder.acquire()
         waiter = Mutex(client, "aio-wake", ttl=30)
         task = asyncio.create_task(waiter.acquire(timeout=10))
-        await asyncio.sleep(0.5)
+        # Parked: subscribed, and tried once before and once after subscribing (the holder's
+        # acquire is the first script run). An event, not a guess at how long parking takes.
+        deadline = time.monotonic() + 30
+        while not (subscribers(redis, "aio-wake") == 1 and script_calls(redis) >= 3):
+            assert time.monotonic() < deadline, "the waiter did not park"
+            await asyncio.sleep(0.01)
         calls_while_parked = sum(s["calls"] for s in redis.info("commandstats").values())
         await asyncio.sleep(1.0)
         calls_later = sum(s["calls"] for s in redis.info("commandstats").values())
@@ -78,7 +84,7 @@ def test_waiter_is_woken_by_the_release_not_by_polling(url, redis):
 
     idle_commands, handoff = run(scenario())
     assert idle_commands <= 2  # the INFO call itself: nothing polls while the waiter parks
-    assert handoff < 0.5
+    assert handoff < 2.0  # woken by the release: unwoken, it would sleep to its 10 s timeout
 
 
 def test_auto_renew_keeps_a_short_lock_and_reports_a_lost_one(url, redis):
@@ -86,17 +92,19 @@ def test_auto_renew_keeps_a_short_lock_and_reports_a_lost_one(url, redis):
 
     async def scenario():
         client = await _client(url)
-        mutex = Mutex(client, "aio-renew", ttl=0.6, auto_renew=True, on_lost=lost.append)
+        # Renewed every ttl / 3 = 0.5 s, the lock is lost only if a renewal is a full 1 s late.
+        # Unrenewed, it is gone 1.5 s after the acquire: before the last check (>= 2 s).
+        ttl = 1.5
+        mutex = Mutex(client, "aio-renew", ttl=ttl, auto_renew=True, on_lost=lost.append)
         assert await mutex.acquire()
         fence = mutex.fencing_token
-        for _ in range(12):
+        for _ in range(20):
             await asyncio.sleep(0.1)
-            assert await client.pttl(lock_key("aio-renew")) > 0
+            assert 0 < await client.pttl(lock_key("aio-renew")) <= ttl * 1000
         assert mutex.fencing_token == fence
         await client.delete(lock_key("aio-renew"))
-        for _ in range(50):
-            if mutex.lost:
-                break
+        deadline = time.monotonic() + 10  # hang bound: the next renewal is due within 0.5 s
+        while not mutex.lost and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         assert mutex.lost is True
         assert await mutex.release() is False

@@ -88,12 +88,17 @@ def test_a_waiting_holder_gets_the_guard_when_the_first_releases(redis):
 
 
 def test_the_lock_is_renewed_while_held(redis):
-    with stampede.guard("slow", client=redis, ttl=0.3) as held:
-        # Outlive the TTL three times over: renewal keeps the lock.
-        deadline = time.monotonic() + 1.0
+    ttl = 1.5
+    with stampede.guard("slow", client=redis, ttl=ttl) as held:
+        # Renewed every ttl / 3 = 0.5 s, the lock is lost only if a renewal is a full 1 s late.
+        # Unrenewed, it is gone 1.5 s after the acquire: before the final check (>= 2 s).
+        token = redis.get(keys.lock_key(held.name))
+        deadline = time.monotonic() + ttl + 0.5
         while time.monotonic() < deadline:
-            assert redis.exists(keys.lock_key(held.name))
-            time.sleep(0.05)
+            assert redis.get(keys.lock_key(held.name)) == token
+            time.sleep(0.1)
+        assert redis.get(keys.lock_key(held.name)) == token  # more than one full TTL later
+        assert 0 < redis.pttl(keys.lock_key(held.name)) <= ttl * 1000  # renewed to its own ttl
         assert not held.lost
 
 
@@ -262,8 +267,8 @@ def test_a_running_job_is_reported_instead_of_a_new_mark(redis):
 
 
 def test_a_mark_expires_with_its_ttl(redis):
-    assert mark_queued(redis, "job", "a", ttl=0.05) is None
-    assert 0 < redis.pttl(queued_key("job")) <= 50
+    assert mark_queued(redis, "job", "a", ttl=1.0) is None
+    assert 0 < redis.pttl(queued_key("job")) <= 1000  # its own ttl, with 1 s to read it
     deadline = time.monotonic() + 10
     while queued_job(redis, "job") is not None:
         assert time.monotonic() < deadline

@@ -9,7 +9,7 @@ from collections import defaultdict
 import pytest
 
 from stampede import events, signals
-from tests.helpers import call_together
+from tests.helpers import call_together, subscribers, wait_until
 
 
 @pytest.fixture
@@ -65,11 +65,23 @@ def test_a_waiter_in_another_flight_reports_its_wait(make_cache, received, redis
     cache = make_cache()
     holder = cache.lock("signals-wait", ttl=30)
     assert holder.acquire()
-    threading.Timer(0.3, lambda: holder.release()).start()
 
+    def release_once_parked() -> None:
+        # The release comes 0.3 s after the caller parked, however late it parked.
+        wait_until(
+            lambda: subscribers(redis, cache.make_key("signals-wait")) == 1,
+            "the caller is parked",
+            timeout=30,
+        )
+        time.sleep(0.3)
+        holder.release()
+
+    releaser = threading.Thread(target=release_once_parked, daemon=True)
+    releaser.start()
     assert cache.get_or_load("signals-wait", lambda: "mine", timeout=60) == "mine"
+    releaser.join(30)
     waits = [payload["duration"] for _, payload in received["waited"]]
-    assert waits and max(waits) > 0.2  # parked until the holder released, ~0.3 s later
+    assert waits and max(waits) > 0.2  # parked until the holder released, >= 0.3 s later
 
 
 def test_serving_a_stale_value_is_reported(make_cache, received):

@@ -77,9 +77,10 @@ def test_a_value_that_does_not_pickle_leaves_no_lock_behind(redis, filler):
 
 def test_a_follower_timed_out_with_a_private_result_loads_once(redis):
     filler = Filler(RedisStore(redis), FillOptions(wait_timeout=0.5, on_timeout="load"))
-    release, follower_loads = threading.Event(), []
+    leading, release, follower_loads = threading.Event(), threading.Event(), []
 
     def slow_leader() -> str:
+        leading.set()
         assert release.wait(30)
         return "leader's"
 
@@ -88,7 +89,7 @@ def test_a_follower_timed_out_with_a_private_result_loads_once(redis):
         return DontCache("follower's own")
 
     def follow() -> str:
-        time.sleep(0.2)  # joins the leader's flight in this process
+        assert leading.wait(30)  # the leader's flight has begun: this caller joins it
         try:
             return filler.get_or_load("k", private_follower, timeout=60)
         finally:
