@@ -11,7 +11,9 @@ ever see their own values.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -195,16 +197,36 @@ class StampedeCache(BaseCache):
         Runs on the event loop through ``redis.asyncio``; where the lock client has no asyncio
         twin (Sentinel-managed pools), the sync fill runs in a worker thread instead.
         """
-        store = async_store_for(self.store)
-        if store is None:
+        filler = self._async_filler()
+        if filler is None:
             call = functools.partial(self.get_or_load, key, loader, timeout, version, **options)
             return await sync_to_async(call, thread_sensitive=False)()
         if not iscoroutinefunction(loader):
             loader = _in_sync_thread(loader)
-        filler = AsyncFiller(store, self._options, flights=self._location)
         return await filler.get_or_load(
             self._key(key, version), loader, self._resolve_timeout(timeout), **options
         )
+
+    def _async_filler(self) -> AsyncFiller | None:
+        """Return the running loop's twin of :attr:`filler`, built once per loop.
+
+        None where the store has no asyncio twin (Sentinel-managed pools). asyncio clients
+        belong to their loop, so the twin is kept per loop, weakly: a closed loop's goes with it.
+        """
+        loop = asyncio.get_running_loop()
+        try:
+            return self._async_fillers[loop]
+        except KeyError:
+            store = async_store_for(self.store)
+            filler = (
+                None if store is None else AsyncFiller(store, self._options, flights=self._location)
+            )
+            self._async_fillers[loop] = filler
+            return filler
+
+    @cached_property
+    def _async_fillers(self) -> weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]:
+        return weakref.WeakKeyDictionary()
 
     def _key(self, key: Any, version: Any) -> CacheKey:
         """Return the key as the wrapped cache names it, validated as the wrapped cache does.

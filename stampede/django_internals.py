@@ -2,7 +2,7 @@
 
 Everything else reaches a Django cache through what this module returns: a store for the fill
 protocol (``store_for``), its asyncio twin (``async_store_for``), the Redis client that holds a
-cache's locks (``lock_client_of``), and the lock client of the Celery guard
+cache's locks (a store's ``client``), and the lock client of the Celery guard
 (``celery_lock_client``). Internals change between Django releases; one module to change.
 
 Rule: the write belongs to the lock. Over Redis (Django's ``RedisCache``, django-redis) the
@@ -66,11 +66,6 @@ def async_store_for(store: RedisStore | BackendStore) -> Any:
         client = clients.async_twin(store.client, loop_state().clients)
         return None if client is None else AsyncBackendStore(store.backend, client)
     return AsyncRedisStore.twin_of(store)
-
-
-def lock_client_of(store: RedisStore | BackendStore) -> Any:
-    """Return the Redis client that holds ``store``'s locks and wake-ups."""
-    return store.client
 
 
 def _django_builtin_store(backend: Any) -> RedisStore | None:
@@ -166,10 +161,6 @@ class BackendFillLock:
         self._mutex = Mutex(store.client, key.full, ttl, auto_renew=True, fencing=False)
         self._wakeups = WakeUps(store.client, key, pickle.loads)
 
-    @property
-    def held(self) -> bool:
-        return self._mutex.token is not None
-
     def attempt(self) -> LockAttempt:
         won, holder_ttl = self._mutex.attempt()
         if not won:
@@ -222,8 +213,8 @@ class AsyncBackendStore:
         return AsyncBackendFillLock(self, key, ttl)
 
     async def invalidate(self, keys: Sequence[CacheKey]) -> None:
-        for key in keys:
-            await scripts.arun(self.client, scripts.INVALIDATE, *calls.invalidate(key))
+        batch = [calls.invalidate(key) for key in keys]
+        await scripts.arun_many(self.client, scripts.INVALIDATE, batch)
 
 
 class AsyncBackendFillLock:
@@ -234,10 +225,6 @@ class AsyncBackendFillLock:
         self._key = key
         self._mutex = AsyncMutex(store.client, key.full, ttl, auto_renew=True, fencing=False)
         self._wakeups = AsyncWakeUps(store.client, key, pickle.loads)
-
-    @property
-    def held(self) -> bool:
-        return self._mutex.token is not None
 
     async def attempt(self) -> LockAttempt:
         won, holder_ttl = await self._mutex.attempt()
@@ -302,9 +289,9 @@ def celery_lock_client() -> Any:
 
     backend = caches["default"]
     if isinstance(backend, StampedeCache):
-        return lock_client_of(backend.store)
+        return backend.store.client
     try:
-        return lock_client_of(store_for(backend, None))
+        return store_for(backend, None).client
     except ValueError as exc:
         raise ValueError(
             f"the Celery task guard needs Redis: CACHES['default'] is not a Redis cache ({exc}); "

@@ -55,8 +55,8 @@ class RedisStore:
         return RedisFillLock(self, key, ttl)
 
     async def invalidate(self, keys: Sequence[CacheKey]) -> None:
-        for key in keys:
-            await scripts.arun(self.client, scripts.INVALIDATE, *calls.invalidate(key))
+        batch = [calls.invalidate(key) for key in keys]
+        await scripts.arun_many(self.client, scripts.INVALIDATE, batch)
 
 
 class WakeUps:
@@ -89,7 +89,7 @@ class WakeUps:
 class RedisFillLock:
     """Async twin of :class:`stampede.fill.store.RedisFillLock`."""
 
-    __slots__ = ("_key", "_renewal", "_store", "_token", "_ttl", "_wakeups", "lost")
+    __slots__ = ("_key", "_renewal", "_store", "_token", "_ttl", "_wakeups")
 
     def __init__(self, store: RedisStore, key: CacheKey, ttl: float) -> None:
         self._store = store
@@ -98,11 +98,6 @@ class RedisFillLock:
         self._token: str | None = None
         self._renewal: asyncio.Task[None] | None = None
         self._wakeups = WakeUps(store.client, key, store.loads)
-        self.lost = False
-
-    @property
-    def held(self) -> bool:
-        return self._token is not None
 
     async def attempt(self) -> LockAttempt:
         # The token is ours before the call: see stampede.fill.store.RedisFillLock.attempt.
@@ -175,7 +170,6 @@ class RedisFillLock:
                 continue
             if not extended:
                 if self._token == token:
-                    self.lost = True
                     logger.warning(
                         "stampede: the lock of %r was lost while loading", self._key.full
                     )

@@ -28,11 +28,6 @@ Loads = Callable[[bytes], Any]
 class FillLock(Protocol):
     """One flight's lock on one key, its wake-up subscription and its final write."""
 
-    @property
-    def held(self) -> bool:
-        """True while this flight holds the key's lock (as far as it knows)."""
-        ...
-
     def attempt(self) -> LockAttempt:
         """Try once, without waiting; when won, also read the key (see ``LockAttempt``)."""
         ...
@@ -76,9 +71,6 @@ class Store(Protocol):
 
 class AsyncFillLock(Protocol):
     """Async twin of :class:`FillLock`."""
-
-    @property
-    def held(self) -> bool: ...
 
     async def attempt(self) -> LockAttempt: ...
 

@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 from ..core import events, flight
 from ..core.keys import CacheKey
 
-logger = logging.getLogger("stampede.fill.driver")
+logger = logging.getLogger(__name__)
 
 #: Errors of a store's own I/O: what ``on_redis_error`` is about.
 STORE_ERRORS = (RedisError,)

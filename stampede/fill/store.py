@@ -89,10 +89,10 @@ class RedisFillLock:
     """One flight's lock on one key in a ``RedisStore`` (see ``stampede.core.port.FillLock``).
 
     While held, the process's watchdog thread extends it every ``ttl / 3``, so a slow loader
-    keeps it; a refused extension marks it ``lost`` (the commit then writes nothing).
+    keeps it; after a refused extension the commit (token checked in Redis) writes nothing.
     """
 
-    __slots__ = ("_key", "_renewal", "_store", "_token", "_ttl", "_wakeups", "lost")
+    __slots__ = ("_key", "_renewal", "_store", "_token", "_ttl", "_wakeups")
 
     def __init__(self, store: RedisStore, key: CacheKey, ttl: float) -> None:
         self._store = store
@@ -101,11 +101,6 @@ class RedisFillLock:
         self._token: str | None = None
         self._renewal: watchdog.Renewal | None = None
         self._wakeups = WakeUps(store.client, key, store.loads)
-        self.lost = False
-
-    @property
-    def held(self) -> bool:
-        return self._token is not None
 
     def attempt(self) -> LockAttempt:
         # The token is ours before the call: a reply lost after Redis ran SET NX (a timeout,
@@ -178,6 +173,5 @@ class RedisFillLock:
             logger.warning("stampede: renewing the lock of %r failed: %s", self._key.full, exc)
             return True
         if not extended and self._token == token:
-            self.lost = True
             logger.warning("stampede: the lock of %r was lost while loading", self._key.full)
         return bool(extended)

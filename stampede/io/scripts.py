@@ -252,3 +252,23 @@ async def arun(client: Any, script: Script, keys: Sequence[Any], args: Sequence[
         return await client.evalsha(script.sha, len(keys), *keys, *args)
     except NoScriptError:
         return await client.eval(script.text, len(keys), *keys, *args)
+
+
+async def arun_many(
+    client: Any, script: Script, calls: Sequence[tuple[Sequence[Any], Sequence[Any]]]
+) -> list[Any]:
+    """Async twin of :func:`run_many`: one round trip for the whole batch."""
+    if not calls:
+        return []
+
+    async def send() -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        for keys, args in calls:
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+        return list(await pipe.execute())
+
+    try:
+        return await send()
+    except NoScriptError:
+        await client.script_load(script.text)
+        return await send()

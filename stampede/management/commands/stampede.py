@@ -25,7 +25,6 @@ from redis.exceptions import RedisError
 from stampede.backends import StampedeCache
 from stampede.core import events, keys
 from stampede.core.envelope import INVALIDATED
-from stampede.django_internals import lock_client_of
 from stampede.io import scripts
 
 _SCAN_COUNT = 1000
@@ -167,7 +166,7 @@ def _stampede_cache(alias: str) -> StampedeCache:
 
 def _lock_client(cache: StampedeCache, alias: str) -> Any:
     try:
-        return lock_client_of(cache.store)
+        return cache.store.client
     except ImproperlyConfigured as exc:
         raise CommandError(f"Cache {alias!r} is misconfigured: {exc}") from exc
 
