@@ -36,6 +36,8 @@ def test_a_cold_stampede_sends_one_load_and_coalesces_the_rest(make_cache, recei
     cache = make_cache()
 
     def loader():
+        # Hold the load until every other caller has joined it, however late its thread ran.
+        wait_until(lambda: len(received["coalesced"]) == 19, "19 callers join the flight")
         time.sleep(0.2)
         return "v"
 
