@@ -23,6 +23,7 @@ from .exceptions import (
 )
 
 if TYPE_CHECKING:
+    from .bloom import BloomFilter
     from .decorators import cached, single_flight
     from .fill.filler import Filler
     from .fill.store import RedisStore
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "BloomFilter",
     "DontCache",
     "FillOptions",
     "Filler",
@@ -53,6 +55,7 @@ __all__ = [
 
 # Public names living in modules that import redis or Django; resolved on first access.
 _LAZY: dict[str, str] = {
+    "BloomFilter": ".bloom",
     "Filler": ".fill.filler",
     "RedisStore": ".fill.store",
     "Guard": ".lock.guard",

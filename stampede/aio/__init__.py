@@ -9,8 +9,9 @@ them with ``redis.asyncio`` clients.
 
 from __future__ import annotations
 
+from .bloom import BloomFilter
 from .filler import Filler
 from .mutex import Mutex
 from .store import RedisStore
 
-__all__ = ["Filler", "Mutex", "RedisStore"]
+__all__ = ["BloomFilter", "Filler", "Mutex", "RedisStore"]

@@ -83,6 +83,11 @@ def queued_key(name: Name) -> Name:
     return _derive(name, ":queued")
 
 
+def bloom_keys(name: Name) -> tuple[Name, Name]:
+    """Return the keys of Bloom filter ``name``: its bits, and its meta hash (layout, count)."""
+    return _derive(name, ":bloom"), _derive(name, ":bloom:meta")
+
+
 # -- the namespaces of the names stampede makes itself -------------------------------------------
 
 #: Lock names of ``stampede.guard``/``stampede.Guard``: ``stampede:guard:<key>``.

@@ -201,6 +201,68 @@ return {0, redis.call('GET', KEYS[3])}
 """,
 )
 
+BLOOM_ADD = Script(
+    "bloom_add",
+    """
+-- KEYS[1] the filter's bits, KEYS[2] its meta hash (layout, count)
+-- ARGV[1] layout signature "bits:hashes", ARGV[2] number of items n, then k positions per item
+-- returns {items counted after this call, then per item 1 if it was new, 0 if all its bits
+--          were already set}
+-- Setting and testing the bits is one atomic step: two processes adding at once lose nothing
+-- and need no lock. A filter laid out differently (other capacity or error rate) is refused.
+local layout = redis.call('HGET', KEYS[2], 'layout')
+if layout and layout ~= ARGV[1] then
+  return redis.error_reply('STAMPEDE_BLOOM_LAYOUT filter is laid out as ' .. layout)
+end
+if not layout then
+  redis.call('HSET', KEYS[2], 'layout', ARGV[1])
+end
+local n = tonumber(ARGV[2])
+local k = (#ARGV - 2) / n
+local reply = {0}
+local added = 0
+for i = 0, n - 1 do
+  local new = 0
+  for j = 1, k do
+    if redis.call('SETBIT', KEYS[1], ARGV[2 + i * k + j], 1) == 0 then
+      new = 1
+    end
+  end
+  reply[i + 2] = new
+  added = added + new
+end
+reply[1] = redis.call('HINCRBY', KEYS[2], 'count', added)
+return reply
+""",
+)
+
+BLOOM_CHECK = Script(
+    "bloom_check",
+    """
+-- KEYS[1] the filter's bits, KEYS[2] its meta hash
+-- ARGV[1] layout signature, ARGV[2] number of items n, then k positions per item
+-- returns per item 1 if every one of its bits is set (maybe added), 0 if not (never added)
+local layout = redis.call('HGET', KEYS[2], 'layout')
+if layout and layout ~= ARGV[1] then
+  return redis.error_reply('STAMPEDE_BLOOM_LAYOUT filter is laid out as ' .. layout)
+end
+local n = tonumber(ARGV[2])
+local k = (#ARGV - 2) / n
+local reply = {}
+for i = 0, n - 1 do
+  local present = 1
+  for j = 1, k do
+    if redis.call('GETBIT', KEYS[1], ARGV[2 + i * k + j]) == 0 then
+      present = 0
+      break
+    end
+  end
+  reply[i + 1] = present
+end
+return reply
+""",
+)
+
 ALL = (
     ACQUIRE,
     RELEASE,
@@ -211,6 +273,8 @@ ALL = (
     COMPARE_DELETE,
     COMPARE_PEXPIRE,
     MARK_QUEUED,
+    BLOOM_ADD,
+    BLOOM_CHECK,
 )
 
 

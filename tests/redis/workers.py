@@ -78,3 +78,19 @@ def bare_fill(url: str, key: str, counter: str, load_seconds: float) -> Any:
         return "loaded once"
 
     return filler.get_or_load(key, load, timeout=60)
+
+
+def add_to_bloom_by_ticket(
+    url: str, name: str, capacity: int, error_rate: float, batches: list[list[str]]
+) -> int:
+    """Add one of ``batches`` to Bloom filter ``name``: the one this caller's ticket picks.
+
+    The ticket is an ``INCR`` on a counter, so concurrent callers each take a batch of their
+    own. Returns how many items were added.
+    """
+    from stampede import BloomFilter
+
+    client = client_for(url)
+    items = batches[int(client.incr(f"{name}:tickets")) - 1]
+    BloomFilter(client, name, capacity, error_rate).add_many(items)
+    return len(items)

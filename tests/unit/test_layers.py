@@ -19,12 +19,14 @@ FORBIDDEN = {
     "stampede.core.keys": ("redis", "django", "celery"),
     "stampede.core.port": ("redis", "django", "celery"),
     "stampede.core.events": ("redis", "django", "celery"),
+    "stampede.core.bloom": ("redis", "django", "celery"),
     # The Redis I/O, the lock and the filler: redis, never Django or Celery.
     "stampede": ("redis", "django", "celery"),
     "stampede.fill.filler": ("django", "celery"),
     "stampede.fill.store": ("django", "celery"),
     "stampede.lock.mutex": ("django", "celery"),
     "stampede.lock.guard": ("django", "celery"),
+    "stampede.bloom": ("django", "celery"),
     "stampede.aio": ("django", "celery"),
     # The Celery adapter reaches Django only through stampede.django_internals, and only when
     # asked for its lock client. (Celery's kombu imports django.utils itself when installed.)
