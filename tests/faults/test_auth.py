@@ -1,0 +1,539 @@
+"""Authentication faults, the least-privilege ACL user, and TLS, each on a redis-server of its own.
+
+- A wrong (or missing) password is refused at the connection's ``HELLO``: redis-py raises
+  ``redis.exceptions.AuthenticationError`` (a ``ConnectionError``, so a ``RedisError``), and
+  the fill path applies ``ON_REDIS_ERROR`` to it like to any Redis failure.
+- ``ACL_RULE`` is the documented least-privilege user: every feature runs under it with no
+  denial in ``ACL LOG``, and each command it grants is one the library sends (removing it
+  produces a denial).
+- TLS: a CA and a server certificate are made with ``openssl`` for the test; the caches reach
+  Redis through ``rediss://...?ssl_ca_certs=<ca.pem>&ssl_cert_reqs=required`` URLs.
+
+Loader calls of the herds are counted over a direct connection of the test's own (the default
+user, plain TCP), never through the fault under test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+import redis as redis_py
+from django.core.cache import caches
+
+import stampede
+from stampede.lock.guard import Guard, holder_of
+from stampede.testing import RedisServer, free_port
+from tests.django import workers
+from tests.faults import net_workers
+from tests.helpers import SPAWN, run_concurrently, wait_until
+
+#: The commands django-stampede sends, for a Redis ACL user (Redis 7.0; see ACL_RULE).
+ACL_COMMANDS = (
+    "get",  # the hit path's GET; Mutex.owned(); inside every Lua script (compare the token)
+    "set",  # Guard holder records, Celery re-queue marks; in Lua: SET NX PX (lock), the write
+    "del",  # in Lua: release (compare-and-delete), invalidate
+    "mget",  # Guard/Celery holder_of(): the lock and its holder record in one read
+    "exists",  # Mutex.locked()
+    "pttl",  # a waiter's peek at the lock; in Lua: a lost attempt returns the holder's TTL
+    "pexpire",  # in Lua: lock renewal (compare-and-pexpire)
+    "time",  # in Lua: fencing tokens (max(last + 1, server time in µs))
+    "publish",  # in Lua: the wake-up sent with each release, commit and invalidate
+    "evalsha",  # every Lua call
+    "eval",  # the fallback when the server lacks a script (NOSCRIPT: first use, restart)
+    "script|load",  # the same fallback for pipelined batches (cache.delete's invalidate)
+    "subscribe",  # the per-process listener of wake-up channels
+    "unsubscribe",  # the listener, when a channel's last waiter is done
+)
+#: ``ACL SETUSER <user> on ><password> <ACL_RULE>``: a user that can do all django-stampede
+#: does (Django cache fills, cache.lock(), stampede.guard, the Celery task guard) and what
+#: Django's RedisCache get/set/delete need (GET, SET, DEL), and nothing else. Its keys and
+#: channels are those of a cache whose KEY_PREFIX is "app", and of stampede.guard and the
+#: Celery task guard (``stampede:guard:*``, ``stampede:task:*``). A lock's keys and channel are
+#: ``{<name>}:lock``, ``:fence``, ``:holder``, ``:queued``, ``:done``, or ``<name>:lock``...
+#: when the name carries a hash tag of its own: hence two patterns per prefix.
+ACL_RULE = (
+    "resetkeys resetchannels -@all"
+    " +get +set +del +mget +exists +pttl +pexpire +time +publish"
+    " +evalsha +eval +script|load +subscribe +unsubscribe"
+    " ~app:* ~{app:* ~stampede:* ~{stampede:*"
+    " &app:* &{app:* &stampede:* &{stampede:*"
+)
+
+USER, PASSWORD = "app", "app-s3cret"
+#: Only a hang exceeds it, never a slow machine.
+HANG = 10.0
+
+
+def admin(server: RedisServer) -> redis_py.Redis:
+    """A client of the server's default user (no password), over plain TCP."""
+    return redis_py.Redis.from_url(server.url)
+
+
+def herd(setting: dict, count_url: str, key: str, counter: str, processes=2, threads=3) -> list:
+    """Run one cold herd of ``processes`` x ``threads`` callers; return their outcomes."""
+    callers = processes * threads
+    collected = run_concurrently(
+        net_workers.herd_rounds,
+        processes,
+        threads,
+        setting,
+        count_url,
+        [(key, counter)],
+        "the value",
+        0.3,
+        SPAWN.Barrier(callers),
+        [(SPAWN.Value("i", 0), SPAWN.Event())],
+        callers,
+        timeout=120,
+    )
+    outcomes = []
+    for status, result in collected:
+        assert status == "ok", result
+        outcomes.extend(outcome for outcome, _ in result)
+    return outcomes
+
+
+def timed(durations: dict[str, float], name: str, call: Callable[[], Any]) -> Any:
+    started = time.monotonic()
+    try:
+        return call()
+    finally:
+        durations[name] = time.monotonic() - started
+
+
+# -- wrong credentials ----------------------------------------------------------------------------
+
+CREDENTIALS = {
+    "wrong-password": (":wrong@", "invalid username-password pair or user is disabled"),
+    "unknown-user": ("nobody:s3cret@", "invalid username-password pair or user is disabled"),
+    "no-password": ("", "HELLO must be called with the client already authenticated"),
+}
+
+
+@pytest.mark.fault("AUTH refused: wrong password, unknown user, or none given")
+@pytest.mark.parametrize("credentials", list(CREDENTIALS))
+def test_refused_credentials_raise_authentication_error(
+    start_redis, settings, caplog, credentials, figure
+):
+    """Plain calls raise AuthenticationError naming the cause; get_or_set follows ON_REDIS_ERROR."""
+    server = start_redis()
+    admin(server).config_set("requirepass", "s3cret")
+    userinfo, message = CREDENTIALS[credentials]
+    url = f"redis://{userinfo}127.0.0.1:{server.port}/0"
+    settings.CACHES = workers.caches_config(url)
+    cache = caches["default"]
+    refused = redis_py.exceptions.AuthenticationError
+    durations: dict[str, float] = {}
+
+    with pytest.raises(refused, match=message):
+        timed(durations, "cache.get", lambda: cache.get("k"))
+    with pytest.raises(refused, match=message):
+        timed(durations, "cache.set", lambda: cache.set("k", 1))
+    with caplog.at_level(logging.WARNING, logger="stampede"):
+        # ON_REDIS_ERROR="load" (the default): served by this process's own load, logged.
+        value = timed(durations, "get_or_set", lambda: cache.get_or_set("k", lambda: "own", 60))
+    assert value == "own"
+    assert f"stampede: Redis failed during Read of ':1:k': {message}" in caplog.text
+    with pytest.raises(refused, match=message):
+        timed(durations, "get_or_load, on_redis_error=raise", lambda: cache.get_or_load(
+            "k", lambda: "own", timeout=60, on_redis_error="raise"
+        ))  # fmt: skip
+    with pytest.raises(refused, match=message):
+        timed(durations, "cache.lock().acquire", lambda: cache.lock("k").acquire())
+    with pytest.raises(refused, match=message), stampede.guard("nightly", url=url):
+        pass
+
+    figure("error", f"AuthenticationError: {message}")
+    figure("slowest call", max(durations.values()), "s")
+    assert max(durations.values()) < HANG
+
+
+# -- the least-privilege ACL user -----------------------------------------------------------------
+
+
+def start_with_user(start_redis, rule: str) -> tuple[RedisServer, str]:
+    """Start a server whose user ``app`` has ``rule``; return it and the user's base URL."""
+    server = start_redis()
+    admin(server).execute_command("ACL", "SETUSER", USER, "on", f">{PASSWORD}", *rule.split())
+    return server, f"redis://{USER}:{PASSWORD}@127.0.0.1:{server.port}/0"
+
+
+def denials(client: redis_py.Redis) -> list[dict[str, Any]]:
+    return [entry for entry in client.acl_log() if entry["username"] == USER]
+
+
+def denied_objects(client: redis_py.Redis) -> set[str]:
+    return {entry["object"] for entry in denials(client)}
+
+
+def user_caches(url: str) -> dict[str, Any]:
+    """CACHES: "default" and "other" StampedeCaches over two aliases of one Redis (as ``url``'s
+    user), KEY_PREFIX "app": in one process, each waits for the other's fills through Redis."""
+    setting = workers.two_caches(url, {"KEY_PREFIX": "app"}, WAIT_TIMEOUT=3)
+    setting["default"]["OPTIONS"] = {"WAIT_TIMEOUT": 3}
+    return setting
+
+
+def step_plain_cache() -> None:
+    """Django's RedisCache as is: set, get, delete."""
+    backing = caches["backing"]
+    backing.set("plain", 1, 60)
+    assert backing.get("plain") == 1
+    backing.delete("plain")
+
+
+def step_fill_with_a_waiter() -> None:
+    """A fill by "default" while "other" waits for it through Redis (pub/sub wake-up)."""
+    started, proceed = threading.Event(), threading.Event()
+    loads = []
+
+    def load(name: str) -> str:
+        loads.append(name)
+        started.set()
+        proceed.wait(10)
+        return "filled"
+
+    holder = workers.Background(lambda: caches["default"].get_or_set("fill", lambda: load("h"), 60))
+    assert started.wait(10)
+    waiter = workers.Background(lambda: caches["other"].get_or_set("fill", lambda: load("w"), 60))
+    time.sleep(0.3)  # the waiter subscribes; if it cannot, it still ends within WAIT_TIMEOUT
+    proceed.set()
+    assert holder.result() == ("value", "filled")
+    assert waiter.result()[0] == "value"
+
+
+def step_grace_refresh() -> None:
+    """A stale value within GRACE is served while one caller refreshes it (a hash-tagged key:
+    its lock and channel are ``app:1:user{42}:graced:lock``/``:done``, no braces added)."""
+    cache = caches["default"]
+    key = "user{42}:graced"
+    assert cache.get_or_load(key, lambda: 1, timeout=0.2, grace=30) == 1
+    time.sleep(0.3)
+    assert cache.get_or_load(key, lambda: 2, timeout=0.2, grace=30) in (1, 2)
+    assert cache.get(key) == 2
+
+
+def step_delete_voids_fills() -> None:
+    """cache.delete(): the value, and the key's fill lock (a pipelined Lua batch)."""
+    cache = caches["default"]
+    cache.set("gone", 1)
+    cache.delete("gone")
+    assert cache.get("gone") is None
+
+
+def step_mutex() -> None:
+    """cache.lock(): fencing, locked/owned, extend, and a blocked acquirer woken by the release."""
+    cache = caches["default"]
+    first = cache.lock("mutex", ttl=30)
+    assert first.acquire()
+    assert first.fencing_token
+    assert first.locked() and first.owned()
+    assert first.extend()
+    second = cache.lock("mutex", ttl=30)
+    blocked = workers.Background(lambda: second.acquire(timeout=5))
+    time.sleep(0.2)
+    assert first.release()
+    assert blocked.result() == ("value", True)
+    assert second.release()
+
+
+def step_guards(url: str) -> None:
+    """stampede.guard, and a Guard with a holder record renewed while held."""
+    with stampede.guard("nightly{eu}", url=url, ttl=5) as held:
+        assert held.fencing_token
+    labelled = Guard("labelled", 0.3, url=url, holder="worker-1")
+    with labelled:
+        time.sleep(0.25)  # renewed (lock and holder record) at least once
+        assert holder_of(labelled.client, labelled.name) == "worker-1"
+
+
+def step_celery_task_guard(url: str) -> None:
+    """The Celery task guard, eagerly: at_enqueue mark, run-time lock, a duplicate skipped."""
+    celery = pytest.importorskip("celery")
+    from stampede.celery import SingleFlightTask, was_skipped
+
+    app = celery.Celery("acl", set_as_current=False)
+    app.conf.update(task_always_eager=True, stampede_redis_url=url)
+    seen: list[Any] = []
+
+    def rebuild(self, n):
+        seen.append(self.request.single_flight_token)
+        if len(seen) == 1:
+            seen.append(was_skipped(task.apply((n,)).result))  # a duplicate while running
+        return n
+
+    task = app.task(
+        base=SingleFlightTask, bind=True, lazy=False, single_flight={"at_enqueue": True}
+    )(rebuild)
+    try:
+        assert task.delay(7).get() == 7
+        assert seen[1] is True
+    finally:
+        app.close()
+
+
+def step_async_fill() -> None:
+    """aget_or_set on an event loop (redis.asyncio twin of the same client)."""
+
+    async def fill() -> Any:
+        return await caches["default"].aget_or_set("async", lambda: "a", 60)
+
+    assert asyncio.run(fill()) == "a"
+
+
+def steps(url: str) -> list[tuple[str, Callable[[], None]]]:
+    return [
+        ("fill with a waiter", step_fill_with_a_waiter),
+        ("grace refresh", step_grace_refresh),
+        ("delete", step_delete_voids_fills),
+        ("mutex", step_mutex),
+        ("guards", lambda: step_guards(url)),
+        ("celery task guard", lambda: step_celery_task_guard(url)),
+        ("async fill", step_async_fill),
+        ("plain RedisCache get/set/delete", step_plain_cache),
+    ]
+
+
+@pytest.mark.fault("least privilege: an ACL user with only ACL_RULE's commands, keys and channels")
+def test_acl_user_with_the_documented_rule_runs_everything(start_redis, settings, figure):
+    """Herd, wait, grace, mutex, guards, Celery guard, plain get/set/delete: no ACL denial."""
+    granted = [word[1:] for word in ACL_RULE.split() if word.startswith("+")]
+    assert granted == list(ACL_COMMANDS)
+    server, url = start_with_user(start_redis, ACL_RULE)
+    client = admin(server)
+    outcomes = herd(user_caches(url), server.url, "herd", "loads")
+    assert outcomes == [("value", "the value")] * 6
+    assert int(client.get("loads")) == 1
+
+    settings.CACHES = user_caches(url)
+    client.script_flush()  # every script is loaded again by the fallbacks (EVAL, SCRIPT LOAD)
+    for _, step in steps(url):
+        step()
+    wait_until(lambda: client.pubsub_channels() == [], "every listener unsubscribed")
+
+    figure("commands granted", len(ACL_COMMANDS))
+    figure("herd loader calls", 1)
+    figure("ACL LOG denials", len(denials(client)))
+    assert denials(client) == []
+
+
+@pytest.mark.fault("least privilege: the same ACL user without one of its commands")
+@pytest.mark.parametrize("command", ACL_COMMANDS)
+def test_acl_each_documented_command_is_used(start_redis, settings, command, figure):
+    """Without any one of ACL_COMMANDS, some feature is refused (ACL LOG names the command)."""
+    rule = ACL_RULE.replace(f" +{command} ", " ")
+    assert rule != ACL_RULE
+    server, url = start_with_user(start_redis, rule)
+    client = admin(server)
+    settings.CACHES = user_caches(url)
+    refused_in = None
+    for name, step in steps(url):
+        # The refusal may surface as a redis error, a timeout, or a wrong answer.
+        with contextlib.suppress(Exception):
+            step()
+        if command in denied_objects(client):
+            refused_in = name
+            break
+    if refused_in is None:  # UNSUBSCRIBE is sent without waiting for its reply
+        wait_until(lambda: command in denied_objects(client), f"{command} is refused", 10)
+        refused_in = "(after the steps)"
+    figure(f"without {command}, refused in", refused_in)
+
+
+def refused_subscribes(client: redis_py.Redis) -> int:
+    """Return how many SUBSCRIBEs of ``app`` were refused a channel (ACL LOG counts repeats)."""
+    return sum(
+        int(entry["count"])
+        for entry in denials(client)
+        if entry["reason"] == "channel" and entry["context"] == "toplevel"
+    )
+
+
+@pytest.mark.fault("ACL user with no channel rule (Redis 7's acl-pubsub-default: resetchannels)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="DEFECT: a refused SUBSCRIBE drops the listener's connection and it reconnects at once, "
+    "in a tight loop (hundreds of connections a second) while anyone waits",
+)
+def test_acl_user_without_channels_fails_without_a_reconnect_storm(start_redis, settings, figure):
+    """A waiter is still served, and the refused listener backs off (a few attempts a second)."""
+    server, url = start_with_user(start_redis, "resetkeys resetchannels +@all ~*")
+    client = admin(server)
+    settings.CACHES = user_caches(url)
+    started, proceed = threading.Event(), threading.Event()
+    loads = []
+
+    def load() -> str:
+        loads.append(1)
+        started.set()
+        proceed.wait(HANG)
+        return "filled"
+
+    holder = workers.Background(lambda: caches["default"].get_or_set("fill", load, 60))
+    assert started.wait(HANG)
+    waiter = workers.Background(lambda: caches["other"].get_or_set("fill", load, 60))
+    wait_until(lambda: refused_subscribes(client) > 0, "the waiter's SUBSCRIBE is refused")
+    time.sleep(1.0)  # the waiter waits one second, its listener refused
+    proceed.set()
+    holder_outcome, waiter_outcome = holder.result(), waiter.result()
+    refused = refused_subscribes(client)
+
+    figure("SUBSCRIBEs refused while one caller waited about 1 s", refused)
+    figure("loader calls", len(loads))
+    assert holder_outcome == ("value", "filled")
+    assert waiter_outcome[0] == "value"
+    # The listener's own reconnect back-off (0.05, 0.1, 0.2, 0.5, 1, 2 s) allows about six
+    # attempts in a second; twenty is generous.
+    assert refused <= 20
+
+
+# -- TLS ------------------------------------------------------------------------------------------
+
+
+def openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> dict[str, Path]:
+    """A throw-away CA and a server certificate for 127.0.0.1 signed by it."""
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "1",
+            "-subj", "/CN=stampede test CA", cwd=tmp_path)  # fmt: skip
+    openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr",
+            "-subj", "/CN=127.0.0.1", cwd=tmp_path)  # fmt: skip
+    (tmp_path / "san.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-set_serial", "1", "-days", "1", "-extfile", "san.cnf", "-out", "server.pem",
+            cwd=tmp_path)  # fmt: skip
+    return {name: tmp_path / f"{name}" for name in ("ca.pem", "server.pem", "server.key")}
+
+
+def start_tls(start_redis, files: dict[str, Path]) -> tuple[RedisServer, int]:
+    """Start a server with TLS on a port of its own (its plain port stays for readiness and
+    for the test's counters); clients need no certificate of their own."""
+    tls_port = free_port()
+    server = start_redis(
+        "--tls-port", str(tls_port),
+        "--tls-cert-file", str(files["server.pem"]),
+        "--tls-key-file", str(files["server.key"]),
+        "--tls-ca-cert-file", str(files["ca.pem"]),
+        "--tls-auth-clients", "no",
+    )  # fmt: skip
+    return server, tls_port
+
+
+def tls_url(port: int, ca: Path | None) -> str:
+    url = f"rediss://127.0.0.1:{port}/0"
+    if ca is None:
+        return url
+    return f"{url}?ssl_ca_certs={quote(str(ca), safe='/')}&ssl_cert_reqs=required"
+
+
+def blocked_lock_woken(cache: Any) -> float:
+    """Hold cache.lock("tls"), block a second acquirer on it, release; return how long the
+    blocked one took to get it after the release."""
+    first, second = cache.lock("tls-mutex"), cache.lock("tls-mutex")
+    assert first.acquire()
+    blocked = workers.Background(lambda: (second.acquire(timeout=HANG), time.monotonic()))
+    time.sleep(0.3)
+    released = time.monotonic()
+    assert first.release()
+    (kind, (acquired, at)) = blocked.result()
+    assert kind == "value" and acquired
+    assert second.release()
+    return at - released
+
+
+@pytest.mark.fault("TLS: Django's RedisCache LOCATION is a rediss:// URL (CA given in the URL)")
+def test_tls_redis_cache_herd_and_mutex(start_redis, tls_files, settings, figure):
+    """A cold herd of 2 processes x 3 threads loads once over TLS; a blocked lock is woken."""
+    server, port = start_tls(start_redis, tls_files)
+    url = tls_url(port, tls_files["ca.pem"])
+    outcomes = herd(workers.caches_config(url), server.url, "herd", "loads")
+    assert outcomes == [("value", "the value")] * 6
+    assert int(admin(server).get("loads")) == 1
+
+    settings.CACHES = workers.caches_config(url)
+    woken = blocked_lock_woken(caches["default"])
+    on_tls = [c for c in admin(server).client_list() if c["laddr"].endswith(f":{port}")]
+    assert on_tls, "no connection on the TLS port"
+    figure("herd loader calls", 1)
+    figure("blocked lock acquired after the release", woken, "s")
+    assert woken < HANG
+
+
+@pytest.mark.fault("TLS: locks at a rediss:// LOCK_URL, values in a locmem cache")
+def test_tls_lock_url_fill_and_mutex(start_redis, tls_files, settings, figure):
+    """Two caches over one locmem, 4 threads each, one cold key: 1 load; a blocked lock is woken."""
+    _, port = start_tls(start_redis, tls_files)
+    lock_url = tls_url(port, tls_files["ca.pem"])
+    # Two StampedeCaches over one locmem store (as two processes share a memcached): each
+    # coalesces its own callers, and they meet only at the lock.
+    locmem = {"BACKEND": workers.BACKINGS["locmem"], "LOCATION": "tls-lock-url"}
+    setting = {"backing": locmem, "backing2": dict(locmem)}
+    for alias, backing in (("default", "backing"), ("other", "backing2")):
+        setting[alias] = {
+            "BACKEND": "stampede.backends.StampedeCache",
+            "LOCATION": backing,
+            "OPTIONS": {"LOCK_URL": lock_url},
+        }
+    settings.CACHES = setting
+    caches["backing"].clear()
+    loads = []
+    everyone = threading.Barrier(8)
+
+    def load() -> str:
+        loads.append(1)
+        time.sleep(0.5)
+        return "value"
+
+    def call(alias: str) -> Any:
+        everyone.wait(HANG)
+        return caches[alias].get_or_set("cold", load, 60)
+
+    results = [workers.Background(lambda a=a: call(a)) for a in ["default", "other"] * 4]
+    assert [r.result() for r in results] == [("value", "value")] * 8
+    assert len(loads) == 1
+    woken = blocked_lock_woken(caches["default"])
+    with stampede.guard("tls", url=lock_url) as held:
+        assert held.fencing_token
+    figure("loader calls", len(loads))
+    figure("blocked lock acquired after the release", woken, "s")
+    assert woken < HANG
+
+
+@pytest.mark.fault("TLS: the client does not trust the server's CA")
+def test_untrusted_tls_certificate_fails_clearly(start_redis, tls_files, settings, figure):
+    """Every call fails at once: a redis ConnectionError saying the certificate is unverified."""
+    _, port = start_tls(start_redis, tls_files)
+    url = tls_url(port, None)  # the system's CAs only: ours is unknown to them
+    settings.CACHES = workers.caches_config(url)
+    cache = caches["default"]
+    message = "certificate verify failed"
+    durations: dict[str, float] = {}
+    with pytest.raises(redis_py.exceptions.ConnectionError, match=message):
+        timed(durations, "cache.get", lambda: cache.get("k"))
+    with pytest.raises(redis_py.exceptions.ConnectionError, match=message):
+        timed(durations, "get_or_load, on_redis_error=raise", lambda: cache.get_or_load(
+            "k", lambda: "own", timeout=60, on_redis_error="raise"
+        ))  # fmt: skip
+    assert timed(durations, "get_or_set", lambda: cache.get_or_set("k", lambda: "own")) == "own"
+    with pytest.raises(redis_py.exceptions.ConnectionError, match=message):
+        timed(durations, "cache.lock().acquire", lambda: cache.lock("k").acquire())
+    try:
+        cache.get("k")
+    except redis_py.exceptions.ConnectionError as exc:
+        figure("error", f"{type(exc).__name__}: {exc}")
+    figure("slowest call", max(durations.values()), "s")
+    assert max(durations.values()) < HANG

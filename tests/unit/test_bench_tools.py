@@ -1,0 +1,132 @@
+"""Smoke tests of the soak's lock audit and of the loop-gap benchmark.
+
+The audit (``benchmarks.soak.Auditor``) replays a real MONITOR stream: here it watches a real
+redis-server while the library's own Lua scripts take, renew, commit and release locks, and
+while a deliberately wrong script deletes a lock it does not hold, so both that it stays quiet
+on correct use and that it counts a real foreign release are shown.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis as redis_py
+
+from benchmarks import soak
+from stampede.core.envelope import Envelope
+from stampede.core.keys import done_channel, lock_key
+from stampede.io import scripts
+from stampede.testing import RedisServer
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = ":1:soak:k0"
+LOCK = lock_key(KEY)
+
+
+def test_monitor_repr_round_trips_every_byte():
+    data = bytes(range(256)) + b'"quoted" \\ back\r\n'
+    assert soak.monitor_unrepr(soak.monitor_repr(data)) == data
+    assert soak.monitor_repr(b'a"b\n\x00') == b'a\\"b\\n\\x00'
+
+
+@pytest.fixture
+def audited():
+    """Yield (auditor, client): a server under audit, its default user opened to the client."""
+    password = secrets.token_hex(8)
+    server = RedisServer(None, *soak._restricted_args(password)).start()
+    auditor = soak.Auditor([KEY], password)
+    client = redis_py.Redis.from_url(server.url)
+    try:
+        auditor.attach(server.port)
+        auditor.opened()
+        yield auditor, client
+    finally:
+        client.close()
+        auditor.close_epoch(server_killed=False, timeout=10)
+        server.stop()
+
+
+def _acquire(client, token: str, ttl_ms: int = 1000) -> bool:
+    won, _ = scripts.run(client, scripts.ACQUIRE_READ, (LOCK, KEY), (token, ttl_ms))
+    return bool(won)
+
+
+def _commit(client, token: str, payload: bytes, ttl_ms: int = 5000) -> bool:
+    args = (token, payload, ttl_ms, done_channel(KEY), b"filled", "0")
+    return bool(scripts.run(client, scripts.COMMIT, (KEY, LOCK), args))
+
+
+def test_the_audit_is_quiet_on_correct_use_and_reads_the_soft_expiry(audited):
+    auditor, client = audited
+    first, second = secrets.token_hex(16), secrets.token_hex(16)
+    assert _acquire(client, first, ttl_ms=200)
+    assert not _acquire(client, second)  # lost: the holder keeps it
+    assert scripts.run(client, scripts.EXTEND, (LOCK, b"{:1:soak:k0}:fence"), (first, 200))
+    assert not scripts.run(client, scripts.RELEASE, (LOCK,), (second, "ch", "m"))  # refused
+    time.sleep(0.3)  # the first holder's lock expires ...
+    assert _acquire(client, second)  # ... and the second takes it
+    envelope = pickle.dumps(Envelope(("v", 1), 1234.5, 0.01))
+    assert not _commit(client, first, envelope)  # the old holder's commit is refused
+    assert _commit(client, second, envelope)
+    auditor.sync()
+    assert auditor.violations == []
+    assert auditor.counts["acquisitions"] == 2
+    assert auditor.counts["renewals"] == 1
+    assert auditor.counts["commits"] == 1
+    assert [(key, soft) for _, key, _, soft in auditor.commits] == [(KEY.encode(), 1234.5)]
+
+
+def test_the_audit_counts_a_foreign_release(audited):
+    auditor, client = audited
+    holder, intruder = secrets.token_hex(16), secrets.token_hex(16)
+    assert _acquire(client, holder, ttl_ms=5000)
+    # A release that forgot to compare tokens: it deletes the holder's lock.
+    client.eval(
+        "redis.call('GET', KEYS[1]); redis.call('DEL', KEYS[1]); return 1", 1, LOCK, intruder
+    )
+    assert _acquire(client, intruder)
+    client.delete(LOCK)  # and a plain DEL of the intruder's lock
+    auditor.sync()
+    kinds = [violation["kind"] for violation in auditor.violations]
+    assert kinds == ["foreign-release", "plain-command"]
+    assert auditor.violations[0]["holder"] == holder
+
+
+def test_the_audit_counts_a_write_by_a_token_that_does_not_hold_the_lock(audited):
+    auditor, client = audited
+    holder, intruder = secrets.token_hex(16), secrets.token_hex(16)
+    assert _acquire(client, holder, ttl_ms=5000)
+    # A commit whose token check is broken (it compares nothing).
+    client.eval(
+        "redis.call('SET', KEYS[1], ARGV[2], 'PX', 1000); redis.call('DEL', KEYS[2]); return 1",
+        2,
+        KEY,
+        LOCK,
+        intruder,
+        b"value",
+    )
+    auditor.sync()
+    assert sorted(v["kind"] for v in auditor.violations) == ["foreign-release", "unlocked-write"]
+
+
+@pytest.mark.timeout(120)
+def test_loopgap_runs_and_its_control_sees_a_stall(tmp_path):
+    out = tmp_path / "loopgap.json"
+    command = [sys.executable, "-m", "benchmarks.loopgap", "--repeat", "1", "--tasks", "20"]
+    command += ["--load-ms", "100", "--json", str(out)]
+    subprocess.run(command, cwd=ROOT, check=False, capture_output=True, timeout=110)
+    result = json.loads(out.read_text())
+    verdict = result["verdict"]
+    assert verdict["control_sees_stall"], result
+    assert verdict["one_load_per_run_and_right_values"], result
+    assert {row["name"] for row in result["rows"]} >= {
+        "django aget_or_set, sync loader",
+        "aio.Filler, sync loader",
+    }
