@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
+import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -38,8 +40,14 @@ from .fill.store import RedisStore
 from .lock.mutex import Mutex
 
 _BACKEND_OPTIONS = ("LOCK_URL", "NEAR_CACHE")
-_FOREVER = float("inf")
+#: What ``OPTIONS["LOCK_URL"]`` may start with (redis-py's ``from_url`` schemes).
+REDIS_URL_SCHEMES = ("redis://", "rediss://", "unix://")
+# The largest timeout that is a float; a larger int (10**400) is checked, and refused.
+_LARGEST = sys.float_info.max
 _PLAIN_NUMBERS = (int, float)  # exactly: bool is an int, and True is no timeout
+# Keys Django's validate_key warns about (memcached's rule: over 250 characters, or a control
+# character or space); these are validated on every call, so they warn on every call.
+_WARNED_KEY = re.compile(r".{251}|.*[\x00-\x20\x7f]", re.DOTALL)
 # Per wrapped alias, full keys that passed its validate_key (bounded sets, cleared when full).
 _valid_keys: dict[str, dict[Any, bool]] = {}
 _VALID_KEYS_MAX = 10_000
@@ -82,7 +90,7 @@ class StampedeCache(BaseCache):
             )
         super().__init__(params)
         options = dict(options)
-        self._lock_url = options.pop("LOCK_URL", None)
+        self._lock_url = self._check_lock_url(options.pop("LOCK_URL", None))
         if options.pop("NEAR_CACHE", None) is not None:
             raise ImproperlyConfigured(
                 "OPTIONS['NEAR_CACHE'] is not available in this version of django-stampede; "
@@ -93,6 +101,16 @@ class StampedeCache(BaseCache):
         except (TypeError, ValueError) as exc:
             raise ImproperlyConfigured(f"StampedeCache OPTIONS: {exc}") from exc
         self._location = self._check_location(location, self._lock_url)
+
+    @staticmethod
+    def _check_lock_url(url: Any) -> str | None:
+        """Return ``url`` if it can be a Redis URL; fail when the cache is built, not on a miss."""
+        if url is not None and not (isinstance(url, str) and url.startswith(REDIS_URL_SCHEMES)):
+            raise ImproperlyConfigured(
+                f"StampedeCache OPTIONS['LOCK_URL'] must be a Redis URL starting with "
+                f"{', '.join(REDIS_URL_SCHEMES)}; got {url!r}"
+            )
+        return url
 
     @staticmethod
     def _check_location(location: Any, lock_url: str | None) -> str:
@@ -197,6 +215,10 @@ class StampedeCache(BaseCache):
         Runs on the event loop through ``redis.asyncio``; where the lock client has no asyncio
         twin (Sentinel-managed pools), the sync fill runs in a worker thread instead.
         """
+        if not callable(loader):
+            # Checked here too: asgiref would refuse it first, with a message that names
+            # neither the argument nor what to pass.
+            raise TypeError(f"loader must be callable; got {loader!r}")
         filler = self._async_filler()
         if filler is None:
             call = functools.partial(self.get_or_load, key, loader, timeout, version, **options)
@@ -232,13 +254,17 @@ class StampedeCache(BaseCache):
         """Return the key as the wrapped cache names it, validated as the wrapped cache does.
 
         Validation (Django's memcached-compatibility scan of every character) is remembered
-        per full key: hot keys repeat, and a hit should cost a ``GET``, not a scan.
+        per full key: hot keys repeat, and a hit should cost a ``GET``, not a scan. A key that
+        draws a ``CacheKeyWarning`` is not remembered: it warns on every call, as Django's own
+        ``get`` and ``set`` do.
         """
         wrapped = self._wrapped
         full = wrapped.make_key(key, version=version)
         valid = self._valid_keys
         if full not in valid:
             wrapped.validate_key(full)
+            if not isinstance(full, str) or _WARNED_KEY.match(full):
+                return CacheKey(full, key, version)
             if len(valid) >= _VALID_KEYS_MAX:
                 valid.clear()
             valid[full] = True
@@ -249,15 +275,21 @@ class StampedeCache(BaseCache):
         return _valid_keys.setdefault(self._location, {})
 
     def _resolve_timeout(self, timeout: Any) -> float | None:
+        """Return ``timeout`` in seconds as Django reads it (None: forever, <= 0: not kept).
+
+        NaN, infinities and non-numbers are refused, naming the argument. A huge timeout is
+        Django's to allow (it does), and Redis keeps the entry at most ``conf.MAX_TTL_MS``.
+        """
         if timeout is DEFAULT_TIMEOUT:
             return self.default_timeout
         if timeout is None:
             return None
-        if type(timeout) in _PLAIN_NUMBERS and 0 <= timeout < _FOREVER:
+        if type(timeout) in _PLAIN_NUMBERS and 0 <= timeout <= _LARGEST:
             return float(timeout)  # the common case: nothing to validate
-        if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout < 0:
+        number = isinstance(timeout, _PLAIN_NUMBERS) and not isinstance(timeout, bool)
+        if number and -_LARGEST <= timeout < 0:
             return 0.0  # Django: a negative timeout expires at once, like 0
-        return conf.seconds("timeout", timeout, allow_zero=True)
+        return conf.seconds("timeout", timeout, allow_zero=True, bounded=False)
 
     def lock(self, key: Any, ttl: float = 30.0, version: Any = None, **kwargs: Any) -> Mutex:
         """Return a ``Mutex`` on ``key`` (namespaced like the cache's keys), not yet acquired."""
@@ -418,7 +450,7 @@ class StampedeCache(BaseCache):
         return moved
 
     def _invalidate_fills(self, keys: list[Any], version: Any) -> None:
-        self.filler.invalidate(*(self._key(key, version) for key in keys))
+        self.filler.invalidate(*(self._named_key(key, version) for key in keys))
 
     async def _ainvalidate_fills(self, keys: list[Any], version: Any) -> None:
         store = async_store_for(self.store)
@@ -426,7 +458,15 @@ class StampedeCache(BaseCache):
             call = functools.partial(self._invalidate_fills, keys, version)
             await sync_to_async(call, thread_sensitive=False)()
             return
-        await store.invalidate([self._key(key, version) for key in keys])
+        await store.invalidate([self._named_key(key, version) for key in keys])
+
+    def _named_key(self, key: Any, version: Any) -> CacheKey:
+        """Return the key as :meth:`_key` does, for a key the wrapped cache has just validated.
+
+        Its own ``delete`` (or ``incr_version``) ran first and warned about a key memcached
+        would refuse, as Django does; validating it again would warn twice.
+        """
+        return CacheKey(self._wrapped.make_key(key, version=version), key, version)
 
     def incr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
         return self._wrapped.incr(key, delta, version=version)

@@ -23,7 +23,7 @@ from django.core.checks import Warning as CheckWarning
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from .backends import _BACKEND_OPTIONS, StampedeCache
+from .backends import _BACKEND_OPTIONS, REDIS_URL_SCHEMES, StampedeCache
 from .core import options as conf
 from .django_internals import is_redis_backend
 
@@ -32,7 +32,6 @@ from .django_internals import is_redis_backend
 MIN_LOCK_TTL = 1.0
 
 _ALLOWED_OPTIONS = tuple(name.upper() for name in conf.OPTION_NAMES) + _BACKEND_OPTIONS
-_REDIS_URL_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 def check_caches(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[CheckMessage]:
@@ -201,10 +200,10 @@ def _lock_url_errors(alias: str, options: Any) -> Iterator[Error]:
     url = options.get("LOCK_URL") if isinstance(options, dict) else None
     if url is None:
         return
-    if not isinstance(url, str) or not url.startswith(_REDIS_URL_SCHEMES):
+    if not isinstance(url, str) or not url.startswith(REDIS_URL_SCHEMES):
         yield Error(
             f"CACHES[{alias!r}]: OPTIONS['LOCK_URL'] must be a Redis URL starting with "
-            f"{', '.join(_REDIS_URL_SCHEMES)}; got {url!r}",
+            f"{', '.join(REDIS_URL_SCHEMES)}; got {url!r}",
             hint="Write it as redis://[user:password@]host:port/db (rediss:// for TLS).",
             id="stampede.E008",
         )

@@ -14,14 +14,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import re
+import string
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction
-from django.core.cache import caches
 
 from .core import options as conf
-from .pages import PagePolicy, aserve, serve
+from .pages import PagePolicy, alias_argument, aserve, serve, stampede_cache
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 # Longer argument keys are hashed: a big argument must not make a huge cache key.
@@ -39,14 +40,16 @@ def single_flight(
     stale page is served while one request re-renders it. Sync and async views; for
     class-based views use ``method_decorator(single_flight(...), name="dispatch")``.
     """
+    _refuse_bare_use("single_flight", timeout)
     policy = PagePolicy(
-        timeout=conf.seconds("timeout", timeout, allow_zero=True),
+        timeout=timeout,
         key_prefix=key_prefix,
-        cache_alias=cache,
-        grace=conf.seconds("grace", grace, allow_zero=True),
+        cache_alias=alias_argument("cache", cache),
+        grace=grace,
     )
 
     def decorate(view: _F) -> _F:
+        _require_callable("single_flight", "a view (a function or a method)", view)
         if iscoroutinefunction(view):
 
             @functools.wraps(view)
@@ -81,15 +84,23 @@ def cached(
     ``.invalidate(*args, **kwargs)``, which deletes the entry for those arguments (voiding a
     load in progress), and ``.cache_key(*args, **kwargs)``.
     """
+    _refuse_bare_use("cached", timeout)
     if timeout is not None:
-        timeout = conf.seconds("timeout", timeout, allow_zero=True)
+        # A cache entry's timeout, as in get_or_set: Django's rules, no upper bound.
+        timeout = conf.seconds("timeout", timeout, allow_zero=True, bounded=False)
     grace = conf.seconds("grace", grace, allow_zero=True)
     if key is not None and not isinstance(key, str) and not callable(key):
         raise TypeError(f"key must be a format string, a callable or None; got {key!r}")
+    if key == "":
+        raise ValueError("key must not be empty: every call would share one entry")
+    alias_argument("cache", cache)
 
     def decorate(func: _F) -> _F:
+        _require_callable("cached", "a function or a method", func)
         signature = inspect.signature(func)
         name = f"{func.__module__}.{func.__qualname__}"
+        if isinstance(key, str):
+            _check_key_fields(key, signature, name)
 
         def cache_key(*args: Any, **kwargs: Any) -> str:
             bound = signature.bind(*args, **kwargs)
@@ -104,7 +115,7 @@ def cached(
 
             @functools.wraps(func)
             async def async_wrapped(*args: Any, **kwargs: Any) -> Any:
-                return await caches[cache].aget_or_load(
+                return await stampede_cache(cache, "@cached").aget_or_load(
                     cache_key(*args, **kwargs),
                     functools.partial(func, *args, **kwargs),
                     timeout=timeout,
@@ -116,7 +127,7 @@ def cached(
 
             @functools.wraps(func)
             def sync_wrapped(*args: Any, **kwargs: Any) -> Any:
-                return caches[cache].get_or_load(
+                return stampede_cache(cache, "@cached").get_or_load(
                     cache_key(*args, **kwargs),
                     lambda: func(*args, **kwargs),
                     timeout=timeout,
@@ -126,13 +137,47 @@ def cached(
             wrapped = sync_wrapped
 
         def invalidate(*args: Any, **kwargs: Any) -> bool:
-            return bool(caches[cache].delete(cache_key(*args, **kwargs)))
+            return bool(stampede_cache(cache, "@cached").delete(cache_key(*args, **kwargs)))
 
         wrapped.invalidate = invalidate
         wrapped.cache_key = cache_key
         return wrapped
 
     return decorate
+
+
+def _refuse_bare_use(decorator: str, timeout: Any) -> None:
+    """Refuse ``@decorator`` written without its call: the function would arrive as timeout."""
+    if callable(timeout):
+        raise TypeError(
+            f"{decorator} takes arguments: write @{decorator}(timeout=60), not @{decorator}; "
+            f"got {timeout!r} as timeout"
+        )
+
+
+def _require_callable(decorator: str, what: str, target: Any) -> None:
+    if not callable(target):
+        raise TypeError(f"{decorator} decorates {what}; got {target!r}")
+
+
+def _check_key_fields(key: str, signature: inspect.Signature, name: str) -> None:
+    """Refuse a ``key`` format string that names no argument of the function, at decoration.
+
+    Keys are formatted with the bound arguments by name; a field that names no argument (or
+    a positional field, ``{}``) would otherwise fail on the first call, as a bare ``KeyError``.
+    """
+    try:
+        fields = [field for _, field, _, _ in string.Formatter().parse(key) if field is not None]
+    except ValueError as exc:
+        raise ValueError(f"key {key!r} is not a valid format string: {exc}") from None
+    arguments = list(signature.parameters)
+    for field in fields:
+        argument = re.split(r"[.\[]", field, maxsplit=1)[0]  # "account" of "{account[id]}"
+        if argument not in arguments:
+            raise ValueError(
+                f"key {key!r} has the field {{{field}}}, which names no argument of {name}; "
+                f"its arguments are {arguments}"
+            )
 
 
 def _arguments_part(arguments: dict[str, Any]) -> str:

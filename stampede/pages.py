@@ -39,6 +39,7 @@ from django.utils.cache import (
 )
 from django.utils.encoding import iri_to_uri
 
+from .core import options as conf
 from .core.envelope import DontCache
 
 _LEARNED = "learned"
@@ -46,21 +47,61 @@ _LEARNED = "learned"
 
 @dataclass(frozen=True)
 class PagePolicy:
-    """How pages are cached: seconds, key prefix, cache alias, grace (stale-while-revalidate)."""
+    """How pages are cached: seconds, key prefix, cache alias, grace (stale-while-revalidate).
+
+    Validated when built, so a bad argument of ``@single_flight`` or of the middleware (or a
+    bad ``CACHE_MIDDLEWARE_*`` setting) fails at start-up, not on the first request. Seconds
+    are bounded (``conf.MAX_SECONDS``): the page's ``Expires`` header must be a real date.
+    """
 
     timeout: float
     key_prefix: str = ""
     cache_alias: str = "default"
     grace: float = 0.0
 
+    def __post_init__(self) -> None:
+        checked = {
+            "timeout": conf.seconds("timeout", self.timeout, allow_zero=True),
+            "key_prefix": str_argument("key_prefix", self.key_prefix),
+            "cache_alias": alias_argument("cache_alias", self.cache_alias),
+            "grace": conf.seconds("grace", self.grace, allow_zero=True),
+        }
+        for field, value in checked.items():
+            object.__setattr__(self, field, value)
+
     def cache(self) -> Any:
-        cache = caches[self.cache_alias]
-        if not hasattr(cache, "get_or_load"):
-            raise ImproperlyConfigured(
-                f"CACHES[{self.cache_alias!r}] must be a stampede.backends.StampedeCache for "
-                "single-flight page caching; wrap your cache with it"
-            )
-        return cache
+        return stampede_cache(self.cache_alias, "single-flight page caching")
+
+
+def str_argument(name: str, value: Any) -> str:
+    """Return ``value`` if it is a str (a key prefix), or raise naming ``name``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str; got {value!r}")
+    return value
+
+
+def alias_argument(name: str, value: Any) -> str:
+    """Return ``value`` if it can name a cache in ``CACHES``, or raise naming ``name``.
+
+    Whether ``CACHES`` has it is known only when the cache is used: decorators run at import
+    time, before a test (or ``settings``) may have set ``CACHES``.
+    """
+    if not isinstance(value, str) or not value:
+        raise TypeError(
+            f"{name} must be the alias of a cache in CACHES, such as 'default'; got {value!r}"
+        )
+    return value
+
+
+def stampede_cache(cache_alias: str, purpose: str) -> Any:
+    """Return ``caches[cache_alias]``, which must be a ``StampedeCache`` for ``purpose``."""
+    cache = caches[cache_alias]
+    if not hasattr(cache, "get_or_load"):
+        raise ImproperlyConfigured(
+            f"CACHES[{cache_alias!r}] must be a stampede.backends.StampedeCache for "
+            f"{purpose}; wrap your cache with it"
+        )
+    return cache
 
 
 def is_cacheable(request: HttpRequest, response: HttpResponse) -> bool:

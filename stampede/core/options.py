@@ -13,21 +13,46 @@ from dataclasses import dataclass, fields, replace
 from functools import partial
 from typing import Any
 
+#: The longest duration an argument or option may give (about 31 years). Waits are handed to
+#: ``threading``, which refuses timeouts past ``threading.TIMEOUT_MAX`` (about 292 years on
+#: Linux) with an ``OverflowError`` deep inside a fill; a clear error up front is better, and
+#: no lock, wait or grace period needs to outlive the code that asked for it.
+MAX_SECONDS = 10**9
+#: The longest TTL, in milliseconds, that stampede hands to Redis (about 3,170 years). The
+#: commit script reads the TTL as a Lua number and passes it on to ``SET PX`` as text, written
+#: with 14 significant digits by older Redis versions (17 by Redis 6.2): a longer TTL may reach
+#: Redis as ``"1e+14"``, which it refuses, and the value would silently go uncached.
+MAX_TTL_MS = 10**14 - 1
 
-def seconds(name: str, value: Any, *, allow_zero: bool = False) -> float:
+
+def seconds(name: str, value: Any, *, allow_zero: bool = False, bounded: bool = True) -> float:
     """Return ``value`` as float seconds, or raise naming ``name``.
 
-    Seconds are floats everywhere: ``0.25`` means 250 ms, never 0 and never 1 s.
+    Seconds are floats everywhere: ``0.25`` means 250 ms, never 0 and never 1 s. Only a cache
+    entry's timeout is not ``bounded`` by ``MAX_SECONDS``: it follows Django's rules (any
+    finite number), and Redis keeps the entry at most ``MAX_TTL_MS``.
     """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number of seconds; got {value!r}")
-    number = float(value)
+    number = _float(value)
     if math.isnan(number) or math.isinf(number):
-        raise ValueError(f"{name} must be a finite number of seconds; got {number!r}")
+        raise ValueError(f"{name} must be a finite number of seconds; got {value!r}")
     if number < 0 or (number == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name} must be {bound} seconds; got {number!r}")
+    if bounded and number > MAX_SECONDS:
+        raise ValueError(
+            f"{name} must be at most {MAX_SECONDS} seconds (about 31 years); got {value!r}"
+        )
     return number
+
+
+def _float(value: int | float) -> float:
+    # An int too large for a float (10**400) is as unusable as infinity, and refused as such.
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def optional_seconds(name: str, value: Any) -> float | None:
@@ -36,8 +61,15 @@ def optional_seconds(name: str, value: Any) -> float | None:
 
 
 def to_ms(value: float) -> int:
-    """Return float seconds as whole milliseconds for Redis, never rounded down to 0."""
-    return max(1, round(value * 1000))
+    """Return float seconds as whole milliseconds for Redis, never rounded down to 0.
+
+    A longer TTL than Redis can be given (``MAX_TTL_MS``) is capped there: a cache timeout
+    of ``10**12`` seconds, which Django accepts, must still store the value, not fail the write.
+    """
+    milliseconds = value * 1000
+    if milliseconds >= MAX_TTL_MS:
+        return MAX_TTL_MS
+    return max(1, round(milliseconds))
 
 
 def lock_name(value: Any) -> str | bytes:
@@ -57,7 +89,7 @@ def _number(name: str, value: Any, allowed: str) -> float:
     """Return ``value`` as a finite float, or raise ``{name} must be {allowed}; got ...``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be {allowed}; got {value!r}")
-    number = float(value)
+    number = _float(value)
     if math.isnan(number) or math.isinf(number):
         raise ValueError(f"{name} must be {allowed}; got {value!r}")
     return number
@@ -167,7 +199,7 @@ class FillOptions:
 
         Errors name the option as a setting (``OPTIONS['LOCK_TTL']``), not as a field.
         """
-        unknown = [key for key in options if key.lower() not in OPTION_NAMES]
+        unknown = [key for key in options if not _is_option_key(key)]
         if unknown:
             allowed = ", ".join(name.upper() for name in OPTION_NAMES)
             raise ValueError(f"unknown option(s) {unknown}; allowed: {allowed}")
@@ -179,3 +211,9 @@ class FillOptions:
 
 
 OPTION_NAMES = tuple(f.name for f in fields(FillOptions))
+
+
+def _is_option_key(key: Any) -> bool:
+    # Settings are read in any case (``LOCK_TTL``, ``lock_ttl``); a key that is no string
+    # (``{5: 1}``) is no option either, and is reported as one, not as an AttributeError.
+    return isinstance(key, str) and key.lower() in OPTION_NAMES
