@@ -146,6 +146,24 @@ class BackendStore:
         scripts.run_many(self.client, scripts.INVALIDATE, [calls.invalidate(key) for key in keys])
 
 
+class _FillMutex(Mutex):
+    """A fill's lock: its loss is reported once, by the fill protocol's ``lock_lost`` note.
+
+    A plain ``Mutex`` reports a loss itself (its renewal or release found the lock taken),
+    which for a fill would count every loss twice.
+    """
+
+    def _report_lost(self) -> None:
+        self.lost = True
+
+
+class _AsyncFillMutex(AsyncMutex):
+    """Async twin of :class:`_FillMutex`."""
+
+    def _report_lost(self) -> None:
+        self.lost = True
+
+
 class BackendFillLock:
     """One flight's lock for a ``BackendStore``: a ``Mutex`` in Redis, records in the backend.
 
@@ -158,7 +176,7 @@ class BackendFillLock:
         self._store = store
         self._key = key
         # No fencing token: the ownership check guards the write.
-        self._mutex = Mutex(store.client, key.full, ttl, auto_renew=True, fencing=False)
+        self._mutex = _FillMutex(store.client, key.full, ttl, auto_renew=True, fencing=False)
         self._wakeups = WakeUps(store.client, key, pickle.loads)
 
     def attempt(self) -> LockAttempt:
@@ -223,7 +241,7 @@ class AsyncBackendFillLock:
     def __init__(self, store: AsyncBackendStore, key: CacheKey, ttl: float) -> None:
         self._store = store
         self._key = key
-        self._mutex = AsyncMutex(store.client, key.full, ttl, auto_renew=True, fencing=False)
+        self._mutex = _AsyncFillMutex(store.client, key.full, ttl, auto_renew=True, fencing=False)
         self._wakeups = AsyncWakeUps(store.client, key, pickle.loads)
 
     async def attempt(self) -> LockAttempt:

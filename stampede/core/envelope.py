@@ -102,10 +102,12 @@ class Failure:
     type and message stands in for it.
     """
 
-    __slots__ = ("exception",)
+    __slots__ = ("exception", "handoff")
 
-    def __init__(self, exception: BaseException) -> None:
+    def __init__(self, exception: BaseException, handoff: bool = False) -> None:
         self.exception = exception
+        #: Kept only for the waiters of the fill that failed, not served to new callers.
+        self.handoff = handoff
 
     @classmethod
     def of(cls, exception: BaseException) -> Failure:
@@ -116,7 +118,7 @@ class Failure:
         return cls(exception)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Failure, (self.exception,))
+        return (Failure, (self.exception, self.handoff))
 
     def __repr__(self) -> str:
         return f"Failure({self.exception!r})"

@@ -195,13 +195,24 @@ def judge(record: Any, now: float, options: FillOptions, random: float) -> Verdi
         return Verdict.ABSENT
     if type(record) is not Envelope:
         if isinstance(record, Failure):
-            return Verdict.FAILED
+            # A hand-off is for the waiters of the fill that failed (see ``_answers``); a new
+            # caller loads again, as ERROR_TTL=0 promises.
+            return Verdict.ABSENT if record.handoff else Verdict.FAILED
         return Verdict.FRESH  # a plain value written by cache.set: no expiry metadata
-    if record.is_stale(now):
+    soft_expires_at = record.soft_expires_at
+    if soft_expires_at is not None and now >= soft_expires_at:
+        # Redis keeps a record a little past soft expiry + grace (its TTL runs from the
+        # commit, which comes after the soft expiry was set): past the grace it is a miss.
+        if now >= soft_expires_at + options.grace:
+            return Verdict.ABSENT
         return Verdict.STALE
     if record.wants_early_refresh(now, options.early_refresh_beta, random):
         return Verdict.EARLY
     return Verdict.FRESH
+
+
+def _is_handoff(record: Any) -> bool:
+    return isinstance(record, Failure) and record.handoff
 
 
 def value_of(record: Any) -> Any:
@@ -322,13 +333,17 @@ def _fill_missing(key: Any, timeout: float | None, options: FillOptions, clock: 
             # The previous holder may have stored and released between our read and our
             # attempt; loading again would be the very stampede we prevent. A failure it
             # stored (error_ttl) is served like any other caller gets it.
+            if subscribed and _is_handoff(attempt.record):
+                # The fill we waited for failed, and its message did not reach us.
+                yield from _release(FILLED)
+                attempt.record.raise_()
             found = judge(attempt.record, clock.wall(), options, 1.0)
             if found is not Verdict.ABSENT and found is not Verdict.STALE:
                 yield from _release(FILLED)
                 if found is Verdict.FAILED:
                     attempt.record.raise_()
                 return value_of(attempt.record)
-            return (yield from refresh(timeout, options, clock))
+            return (yield from refresh(timeout, options, clock, absent=found is Verdict.ABSENT))
         holder_ttl = attempt.holder_ttl
         if not subscribed:
             # Subscribed only after a lost attempt, so the caller that wins goes straight to
@@ -366,8 +381,11 @@ def _fill_missing(key: Any, timeout: float | None, options: FillOptions, clock: 
 def _answers(record: Any, clock: Clock, options: FillOptions) -> bool:
     """Return True if ``record``, read after another caller's fill, is this caller's answer.
 
-    A failure that fill stored (error_ttl) is raised; an absent record answers nothing.
+    A failure that fill stored (error_ttl, or the hand-off for its waiters) is raised; an
+    absent record answers nothing.
     """
+    if isinstance(record, Failure):
+        record.raise_()
     verdict = judge(record, clock.wall(), options, 1.0)
     if verdict is Verdict.FAILED:
         record.raise_()
@@ -392,15 +410,21 @@ def load_own() -> Protocol:
     return (yield Load(locked=False))
 
 
-def refresh(timeout: float | None, options: FillOptions, clock: Clock) -> Protocol:
-    """Load, store and release, with the lock already held; return the loaded value."""
+def refresh(
+    timeout: float | None, options: FillOptions, clock: Clock, absent: bool = False
+) -> Protocol:
+    """Load, store and release, with the lock already held; return the loaded value.
+
+    ``absent``: the key holds nothing (not a stale value), so a failure may be left there for
+    the waiters to find (see ``_share_failure``).
+    """
     started = clock.monotonic()
     try:
         value = yield Load()
     except StoreUnavailable:
         raise
     except Exception as exc:
-        yield from _share_failure(exc, options)
+        yield from _share_failure(exc, options, absent)
         raise
     load_seconds = clock.monotonic() - started
     soft, hard = expiries(timeout, value, options, clock.random())
@@ -422,12 +446,23 @@ def refresh(timeout: float | None, options: FillOptions, clock: Clock) -> Protoc
     return value
 
 
-def _share_failure(exc: BaseException, options: FillOptions) -> Protocol:
-    """Tell the waiters (and, with error_ttl, new callers) that the load failed."""
+def _share_failure(exc: BaseException, options: FillOptions, absent: bool) -> Protocol:
+    """Tell the waiters (and, with error_ttl, new callers) that the load failed.
+
+    The message alone does not reach a waiter whose subscription came after it, or whose
+    look at the lock found it already released: with error_ttl 0, an absent key therefore
+    keeps the failure as a *hand-off* for wait_timeout seconds, which waiters raise and new
+    callers ignore (they load again). A stale value (grace) is never replaced by it.
+    """
     failure = Failure.of(exc)
-    stored = failure if options.error_ttl > 0 else MISSING
+    stored: Any = MISSING
+    ttl: float | None = None
+    if options.error_ttl > 0:
+        stored, ttl = failure, options.error_ttl
+    elif absent and options.wait_timeout > 0:
+        stored, ttl = Failure(failure.exception, handoff=True), options.wait_timeout
     try:
-        yield Commit(failure_message(failure), stored, options.error_ttl or None)
+        yield Commit(failure_message(failure), stored, ttl)
     except StoreUnavailable:
         return  # the loader's own exception matters more; the lock expires by its TTL
 

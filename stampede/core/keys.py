@@ -6,8 +6,10 @@ names from here.
 
 A name without a Redis Cluster hash tag is wrapped as ``{FK}``, so that ``{FK}:lock`` and
 ``{FK}:fence`` hash to the slot of ``FK`` itself and multi-key scripts stay legal on a cluster.
-A name that already carries a hash tag (``user{42}:profile``) keeps it: appending a suffix does
-not move its slot, while wrapping it would.
+A name that already carries a hash tag (``user{42}:profile``) keeps it: wrapping it would move
+its slot. Its names are ``stampede:user{42}:profile:lock`` and so on: the ``stampede:``
+namespace keeps them apart from the application's own keys (with a hash-tagged
+``KEY_PREFIX``, the key ``report:lock`` would otherwise *be* the lock of ``report``).
 """
 
 from __future__ import annotations
@@ -50,12 +52,18 @@ def _has_hash_tag(name: Name) -> bool:
     return text.find("}", opening + 1) > opening + 1
 
 
+#: The namespace of names derived from a name that carries its own hash tag.
+TAGGED_NAMESPACE = "stampede:"
+
+
 def _derive(name: Name, suffix: str) -> Name:
     if isinstance(name, bytes):
-        tagged = name if _has_hash_tag(name) else b"{" + name + b"}"
-        return tagged + suffix.encode()
-    text = name if _has_hash_tag(name) else "{" + name + "}"
-    return text + suffix
+        if _has_hash_tag(name):
+            return TAGGED_NAMESPACE.encode() + name + suffix.encode()
+        return b"{" + name + b"}" + suffix.encode()
+    if _has_hash_tag(name):
+        return TAGGED_NAMESPACE + name + suffix
+    return "{" + name + "}" + suffix
 
 
 def lock_key(name: Name) -> Name:
@@ -117,9 +125,10 @@ def patterns(template: str, placeholder: str, suffix: str) -> list[str]:
     if placeholder not in template:  # a key function that hashes keys: the prefix is unknown
         return [f"*{suffix}"]
     before, after = (_glob_escape(part) for part in template.split(placeholder, 1))
+    tagged = _glob_escape(TAGGED_NAMESPACE)
     if _has_hash_tag(template):  # the prefix carries a hash tag itself: never wrapped
-        return [f"{before}*{after}{suffix}"]
-    return [f"{{{before}*{after}}}{suffix}", f"{before}*{{?*}}*{after}{suffix}"]
+        return [f"{tagged}{before}*{after}{suffix}"]
+    return [f"{{{before}*{after}}}{suffix}", f"{tagged}{before}*{{?*}}*{after}{suffix}"]
 
 
 def name_of_lock(lock: bytes) -> bytes | None:
@@ -129,8 +138,12 @@ def name_of_lock(lock: bytes) -> bytes | None:
         candidate = lock[1 : -len(suffix) - 1]
         if lock_key(candidate) == lock:
             return candidate
-    candidate = lock[: -len(suffix)]
-    return candidate if lock_key(candidate) == lock else None
+    namespace = TAGGED_NAMESPACE.encode()
+    if lock.startswith(namespace) and lock.endswith(suffix):
+        candidate = lock[len(namespace) : -len(suffix)]
+        if lock_key(candidate) == lock:
+            return candidate
+    return None
 
 
 def _glob_escape(text: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -43,6 +44,15 @@ class FlightGroup:
 
     def __init__(self) -> None:
         self._flights: dict[Hashable, Flight] = {}
+        self._lock = threading.Lock()
+        _every_group.add(self)
+
+    def _forget_flights(self) -> None:
+        """Drop every flight in progress (in a forked child, where no thread will finish them).
+
+        The lock is replaced, not released: the thread that held it at the fork is gone.
+        """
+        self._flights = {}
         self._lock = threading.Lock()
 
     def run(
@@ -112,10 +122,17 @@ def group(name: Hashable) -> FlightGroup:
         return _groups.setdefault(name, FlightGroup())
 
 
+#: Every group of the process, including those a filler or a cache holds on to directly.
+_every_group: weakref.WeakSet[FlightGroup] = weakref.WeakSet()
+
+
 def _forget_parent_state() -> None:
-    # Flights in progress belong to the parent's threads, which the child does not have.
+    # Flights in progress belong to the parent's threads, which the child does not have: a
+    # caller of the child that joined one would wait for nobody. Groups are reset in place,
+    # since fillers and caches keep references to them.
     global _groups_lock
-    _groups.clear()
+    for flights in list(_every_group):
+        flights._forget_flights()
     _groups_lock = threading.Lock()
 
 

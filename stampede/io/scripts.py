@@ -80,12 +80,18 @@ COMMIT = Script(
 -- KEYS[1] cache key, KEYS[2] lock key
 -- ARGV[1] token, [2] record, [3] ttl ms (0: none, -1: no write), [4] channel, [5] message, [6] flag
 -- returns 1 when the lock was ours: the record is written, the lock released, the waiters
--- told; 0 when it was not (nothing is written, released or published)
+-- told; 0 when it was not (nothing is written or released)
 -- ARGV[6] "1" appends the record to the message: a small record travels inside the wake-up,
 -- so waiting processes need no GET.
 -- The write belongs to the lock: a holder paused past its TTL must not overwrite the value a
 -- later holder stored, and a delete() during the load (which deletes the lock) voids it.
-if redis.call('GET', KEYS[2]) ~= ARGV[1] then
+local holder = redis.call('GET', KEYS[2])
+if holder ~= ARGV[1] then
+  if not holder then
+    -- Nobody holds the lock (FLUSHALL, eviction, a force-release): the waiters would sleep
+    -- out the TTL they last saw; 'invalidated' sends them to contend now, as delete() does.
+    redis.call('PUBLISH', ARGV[4], 'invalidated')
+  end
   return 0
 end
 local ttl = tonumber(ARGV[3])
@@ -110,10 +116,16 @@ RELEASE = Script(
 -- KEYS[1] lock key
 -- ARGV[1] token, ARGV[2] wake-up channel, ARGV[3] wake-up message
 -- returns 1 when the lock was ours and is now released (and waiters were told), else 0
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+-- A lock that nobody holds any more (expired, flushed, force-released) is announced too: its
+-- waiters would otherwise sleep out the TTL they last saw.
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[2], ARGV[3])
   return 1
+end
+if not holder then
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
 return 0
 """,

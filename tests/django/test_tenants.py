@@ -43,3 +43,23 @@ def test_one_apps_delete_never_voids_the_other_apps_fill(apps, redis, redis_url)
         assert redis.exists(lock_key(blog.make_key("front-page")))
 
     assert blog.get("front-page") == "blog's"  # its write was not voided
+
+
+def test_with_a_hash_tagged_prefix_an_apps_own_keys_never_name_a_fills_lock(
+    settings, redis, redis_url
+):
+    # On Redis Cluster a KEY_PREFIX like "{shop}" keeps an app in one slot; the names derived
+    # from its keys must still never be keys the app itself may use.
+    setting = workers.caches_config(redis_url)
+    setting["backing"]["KEY_PREFIX"] = "{shop}"
+    settings.CACHES = setting
+    cache = caches["default"]
+    with HeldFill(cache, "report", redis_url, COUNTER, value="filled") as held:
+        cache.set("report:lock", "the app's own value")
+        cache.delete("report:done")
+        assert redis.exists(lock_key(cache.make_key("report")))
+        assert held.finish() == ("value", "filled")
+
+    assert cache.get("report") == "filled"  # the fill's write was not voided
+    assert cache.get("report:lock") == "the app's own value"
+    assert cache.get_or_set("report", lambda: "loaded again", 60) == "filled"

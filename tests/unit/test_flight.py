@@ -160,13 +160,16 @@ def shared_failure(exc_type: type, message: str, error_ttl: float = 0.0):
         assert published is not None, step.outcome
         assert isinstance(published.exception, exc_type)
         assert str(published.exception) == message
+        assert isinstance(step.record, Failure)
+        assert isinstance(step.record.exception, exc_type)
         if error_ttl:
-            assert isinstance(step.record, Failure)
-            assert isinstance(step.record.exception, exc_type)
+            assert not step.record.handoff
             assert step.ttl == error_ttl
         else:
-            assert step.record is MISSING
-            assert step.ttl is None
+            # Left for the waiters whose wake-up came too early to hear (wait_timeout), and
+            # ignored by new callers.
+            assert step.record.handoff
+            assert step.ttl == FillOptions().wait_timeout
 
     return check
 
@@ -316,6 +319,30 @@ CASES = {
         [*MISS_THEN_LOST[:3], peek(None), reread(MISSING), won(fresh("x")), released(FILLED)],
         returns="x",
     ),
+    "a peek finding no holder and a hand-off failure raises it without loading": Case(
+        [*MISS_THEN_LOST[:3], peek(None), reread(Failure(DB_DOWN, handoff=True))],
+        raises=ValueError,
+    ),
+    "a waiter that wins after a missed failure message raises the hand-off, releasing": Case(
+        [
+            *MISS_THEN_LOST,
+            wait(2.5, advance=0.1),
+            reread(MISSING),
+            won(Failure(DB_DOWN, handoff=True)),
+            released(FILLED),
+        ],
+        raises=ValueError,
+    ),
+    "a new caller that wins over a hand-off failure loads again": Case(
+        [
+            read(MISSING),
+            won(Failure(DB_DOWN, handoff=True)),
+            load("v"),
+            commit(stored("v", None, None)),
+        ],
+        returns="v",
+        timeout=None,
+    ),
     "a second lost attempt after an empty peek waits without subscribing again": Case(
         [
             *MISS_THEN_LOST[:3],
@@ -384,7 +411,7 @@ CASES = {
         options={"on_redis_error": "raise"},
     ),
     # -- loader failures ---------------------------------------------------------------------
-    "a loader error is published to the waiters, stored nowhere, and raised": Case(
+    "a loader error is published to the waiters, handed off to late ones, and raised": Case(
         [*MISS_THEN_WON, load(throw=DB_DOWN), commit(shared_failure(ValueError, "db down"))],
         raises=ValueError,
     ),
@@ -664,9 +691,10 @@ def test_on_timeout_stale_is_refused_pointing_at_grace():
         (None, 1.0, Verdict.FRESH),  # a cached None is a value, never "absent"
         ("plain", 1e-9, Verdict.FRESH),  # no expiry metadata: never early
         (Failure(DB_DOWN), 1.0, Verdict.FAILED),
+        (Failure(DB_DOWN, handoff=True), 1.0, Verdict.ABSENT),  # only its fill's waiters raise it
         (fresh(), 1.0, Verdict.FRESH),
-        (Envelope("v", NOW, 0.1), 1.0, Verdict.STALE),  # at the soft expiry itself
-        (stale(), 1.0, Verdict.STALE),
+        (Envelope("v", NOW, 0.1), 1.0, Verdict.ABSENT),  # at the soft expiry, with no grace
+        (stale(), 1.0, Verdict.ABSENT),  # Redis kept it past its soft expiry: a miss
         (HOT, 0.5, Verdict.EARLY),  # gap = -0.1 * ln(0.5) = 0.069 s >= 0.05 s left
         (HOT, 0.9, Verdict.FRESH),
         (Envelope("v", None, 0.1), 1e-9, Verdict.FRESH),
@@ -674,6 +702,18 @@ def test_on_timeout_stale_is_refused_pointing_at_grace():
 )
 def test_judge(record, random, verdict):
     assert judge(record, NOW, FillOptions(), random) is verdict
+
+
+@pytest.mark.parametrize(
+    ("record", "verdict"),
+    [
+        (Envelope("v", NOW, 0.1), Verdict.STALE),  # at the soft expiry itself
+        (stale(), Verdict.STALE),  # 1 s past it, within 2 s of grace
+        (Envelope("v", NOW - 2, 0.1), Verdict.ABSENT),  # past soft expiry + grace
+    ],
+)
+def test_judge_serves_stale_only_within_grace(record, verdict):
+    assert judge(record, NOW, FillOptions(grace=2), 1.0) is verdict
 
 
 # -- XFetch: Envelope.wants_early_refresh ---------------------------------------------------

@@ -23,7 +23,7 @@ def _hash_slot(key: bytes) -> int:
     ("name", "expected"),
     [
         ("report:42", "{report:42}:lock"),
-        ("user{42}:profile", "user{42}:profile:lock"),
+        ("user{42}:profile", "stampede:user{42}:profile:lock"),
         (b"report:42", b"{report:42}:lock"),
         ("{}odd", "{{}odd}:lock"),
     ],
