@@ -59,8 +59,8 @@ ACL_COMMANDS = (
 #: Django's RedisCache get/set/delete need (GET, SET, DEL), and nothing else. Its keys and
 #: channels are those of a cache whose KEY_PREFIX is "app", and of stampede.guard and the
 #: Celery task guard (``stampede:guard:*``, ``stampede:task:*``). A lock's keys and channel are
-#: ``{<name>}:lock``, ``:fence``, ``:holder``, ``:queued``, ``:done``, or ``<name>:lock``...
-#: when the name carries a hash tag of its own: hence two patterns per prefix.
+#: ``{<name>}:lock``, ``:fence``, ``:holder``, ``:queued``, ``:done``, or
+#: ``stampede:<name>:lock``... when the name carries a hash tag of its own.
 ACL_RULE = (
     "resetkeys resetchannels -@all"
     " +get +set +del +mget +exists +pttl +pexpire +time +publish"
