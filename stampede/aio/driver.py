@@ -31,12 +31,14 @@ class FlightIO:
         loader: Callable[[], Any],
         lock_ttl: float,
         serve: Callable[[Any], None],
+        loading: Callable[[bool], None] = nobody,
     ) -> None:
         self.store = store
         self.key = key
         self.loader = loader
         self.lock_ttl = lock_ttl
         self.serve = serve
+        self.loading = loading  # told of each Load step: under the lock or not
         self._lock: AsyncFillLock | None = None  # made on the first lock step: a hit needs none
 
     @property
@@ -72,6 +74,7 @@ class FlightIO:
         raise TypeError(f"unknown protocol step {step!r}")
 
     async def _load(self, step: flight.Load) -> Any:
+        self.loading(step.locked)
         events.emit("load_started", key=self.key.full, locked=step.locked)
         started = time.monotonic()
         error: BaseException | None = None
@@ -153,6 +156,7 @@ async def run_protocol(
     loader: Callable[[], Any],
     lock_ttl: float,
     serve: Callable[[Any], None] = nobody,
+    loading: Callable[[bool], None] = nobody,
 ) -> Any:
     """Async twin of :func:`stampede.fill.driver.run_protocol`."""
-    return await drive(protocol, FlightIO(store, key, loader, lock_ttl, serve))
+    return await drive(protocol, FlightIO(store, key, loader, lock_ttl, serve, loading))

@@ -64,7 +64,7 @@ class Filler:
         options = self.options.replace(**overrides) if overrides else self.options
         own = False  # True once this caller's own loader made the value (see DontCache)
 
-        async def lead(serve: Callable[[Any], None]) -> Any:
+        async def lead(serve: Callable[[Any], None], marking: Callable[[bool], None]) -> Any:
             # Coalesced before the first read: see stampede.fill.filler.
             nonlocal own
             own = True
@@ -81,7 +81,7 @@ class Filler:
             protocol = flight.fill(key.full, timeout, options, clock, seen, verdict)
             with loading(key.full):
                 return await run_protocol(
-                    protocol, self.store, key, loader, options.lock_ttl, serve
+                    protocol, self.store, key, loader, options.lock_ttl, serve, marking
                 )
 
         async def on_follow_timeout(waited: float) -> Any:

@@ -34,12 +34,14 @@ class FlightIO:
         loader: Callable[[], Any],
         lock_ttl: float,
         serve: Callable[[Any], None],
+        loading: Callable[[bool], None] = nobody,
     ) -> None:
         self.store = store
         self.key = key
         self.loader = loader
         self.lock_ttl = lock_ttl
         self.serve = serve
+        self.loading = loading  # told of each Load step: under the lock or not
         self._lock: FillLock | None = None  # made on the first lock step: a hit needs none
 
     @property
@@ -75,6 +77,7 @@ class FlightIO:
         raise TypeError(f"unknown protocol step {step!r}")
 
     def _load(self, step: flight.Load) -> Any:
+        self.loading(step.locked)
         events.emit("load_started", key=self.key.full, locked=step.locked)
         started = time.monotonic()
         error: BaseException | None = None
@@ -139,6 +142,7 @@ def run_protocol(
     loader: Callable[[], Any],
     lock_ttl: float,
     serve: Callable[[Any], None] = nobody,
+    loading: Callable[[bool], None] = nobody,
 ) -> Any:
     """Return the result of ``protocol`` for ``key``, driven with ``store`` and ``loader``."""
-    return drive(protocol, FlightIO(store, key, loader, lock_ttl, serve))
+    return drive(protocol, FlightIO(store, key, loader, lock_ttl, serve, loading))

@@ -9,8 +9,10 @@ a bare ``redis.Redis``). It owns the rules around the protocol:
 - the hit check: the flight's leader reads, and a fresh record is returned before any
   protocol generator, lock, driver or options copy exists (the path most calls take);
 - the follower time-out rule: a caller that waited ``wait_timeout`` on its own process's
-  flight gets ``on_timeout``, the same rule (``flight.timed_out``) as a waiter on another
-  process's lock;
+  flight while its leader loaded under the lock gets ``on_timeout``, the same rule
+  (``flight.timed_out``) as a waiter on another process's lock. While the leader waits for
+  another process, or loads without the lock, its followers wait for its answer (it is
+  bounded by ``wait_timeout`` itself; see ``local.follower_wait``);
 - the ``DontCache`` rule: a private result is its loader's caller's alone.
 
 Usage without Django::
@@ -84,7 +86,7 @@ class Filler:
         options = self.options.replace(**overrides) if overrides else self.options
         own = False  # True once this caller's own loader made the value (see DontCache)
 
-        def lead(serve: Callable[[Any], None]) -> Any:
+        def lead(serve: Callable[[Any], None], marking: Callable[[bool], None]) -> Any:
             # Coalesced before the first read: on a cold key, every thread of the process
             # reading for itself would be the herd again, in GETs. A hit costs the group a
             # dict entry under its lock, and builds no generator, lock or driver.
@@ -102,7 +104,9 @@ class Filler:
                     return value_of(seen)
             protocol = flight.fill(key.full, timeout, options, clock, seen, verdict)
             with loading(key.full):
-                return run_protocol(protocol, self.store, key, loader, options.lock_ttl, serve)
+                return run_protocol(
+                    protocol, self.store, key, loader, options.lock_ttl, serve, marking
+                )
 
         def on_follow_timeout(waited: float) -> Any:
             nonlocal own

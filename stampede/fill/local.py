@@ -6,12 +6,19 @@ exception, as Go's singleflight does. So 50 threads of one process cost one Redi
 conversation, not 50.
 
 Followers receive the very object the leader got: treat cached values as immutable.
+
+Rule (``follower_wait``): a follower's own time-out (``wait_timeout`` from its arrival) runs
+only while its leader runs the loader under the lock: the follower then waits for a slow holder
+exactly as a waiter in another process does. While the leader waits for another process's fill,
+or loads without the lock (a fallback), its followers wait for its answer: the leader is bounded
+by ``wait_timeout`` itself, and its ``on_timeout`` or ``on_redis_error`` result is theirs.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -20,15 +27,28 @@ from ..core import events
 from ..core.envelope import MISSING
 
 
+def follower_wait(locked: bool, deadline: float | None, now: float) -> float | None:
+    """Return how long a follower may still wait for its flight: None without limit, 0 none.
+
+    ``locked``: the leader runs the loader under the lock; ``deadline``: the follower's own
+    (its arrival plus ``wait_timeout``; None: none). Shared by the threads' and the tasks'
+    flight groups.
+    """
+    if not locked or deadline is None:
+        return None
+    return max(0.0, deadline - now)
+
+
 class Flight:
     """One in-progress load of one key in this process."""
 
-    __slots__ = ("done", "error", "settled", "value")
+    __slots__ = ("changed", "error", "locked", "settled", "value")
 
     def __init__(self) -> None:
-        # Made only when a follower arrives: most flights (every plain hit) have none, and an
-        # Event (a Condition and a Lock) is most of what a flight would otherwise cost.
-        self.done: threading.Event | None = None
+        # Made only when a follower arrives: most flights (every plain hit) have none. Built on
+        # the group's lock, it tells the followers of a settlement and of a phase change.
+        self.changed: threading.Condition | None = None
+        self.locked = False  # the leader runs the loader under the lock (see follower_wait)
         self.settled = False
         self.value: Any = MISSING
         self.error: BaseException | None = None
@@ -50,45 +70,79 @@ class FlightGroup:
     def _forget_flights(self) -> None:
         """Drop every flight in progress (in a forked child, where no thread will finish them).
 
-        The lock is replaced, not released: the thread that held it at the fork is gone.
+        The lock is replaced, not released: the thread that held it at the fork is gone. So are
+        the flights' conditions, built on it: a leader that forked settles with no one to tell.
         """
+        for flight in self._flights.values():
+            flight.changed = None
         self._flights = {}
         self._lock = threading.Lock()
 
     def run(
         self,
         key: Hashable,
-        lead: Callable[[Callable[[Any], None]], Any],
+        lead: Callable[[Callable[[Any], None], Callable[[bool], None]], Any],
         follow_timeout: float | None,
         on_follow_timeout: Callable[[float], Any],
     ) -> Any:
-        """Return ``lead(settle)``'s result, run by one caller per ``key`` at a time here.
+        """Return ``lead(settle, loading)``'s result, run by one caller per ``key`` at a time.
 
         The leader may call ``settle(value)`` to answer its followers before it finishes (a
-        stale value while it refreshes); callers arriving after that start a new flight.
-        A follower that waited ``follow_timeout`` seconds without a result returns
-        ``on_follow_timeout(waited)`` instead (the ``on_timeout`` policy).
+        stale value while it refreshes); callers arriving after that start a new flight. It
+        calls ``loading(locked)`` as it starts its loader, under the lock or not. A follower
+        whose ``follow_timeout`` ran out while the leader loaded under the lock returns
+        ``on_follow_timeout(waited)`` instead (the ``on_timeout`` policy; see
+        ``follower_wait``).
         """
         with self._lock:
             found = self._flights.get(key)
             if found is None:
                 flight = self._flights[key] = Flight()
-            elif found.done is None:
-                done = found.done = threading.Event()
-            else:
-                done = found.done
-        if found is not None:
-            events.emit("coalesced", key=key)
-            if not done.wait(follow_timeout):
-                return on_follow_timeout(follow_timeout or 0.0)
-            return found.result()
+            elif found.changed is None:
+                found.changed = threading.Condition(self._lock)
+        if found is None:
+            return self._lead(key, flight, lead)
+        arrived = time.monotonic()
+        events.emit("coalesced", key=key)
+        deadline = None if follow_timeout is None else arrived + follow_timeout
+        with self._lock:
+            changed = found.changed
+            assert changed is not None
+            while not found.settled:
+                wait = follower_wait(found.locked, deadline, time.monotonic())
+                if wait == 0:
+                    break
+                changed.wait(wait)
+            settled = found.settled
+        if not settled:
+            return on_follow_timeout(time.monotonic() - arrived)
+        return found.result()
+
+    def _lead(
+        self,
+        key: Hashable,
+        flight: Flight,
+        lead: Callable[[Callable[[Any], None], Callable[[bool], None]], Any],
+    ) -> Any:
         try:
-            value = lead(lambda early: self._settle(key, flight, early, None))
+            value = lead(
+                lambda early: self._settle(key, flight, early, None),
+                lambda locked: self._mark(flight, locked),
+            )
         except BaseException as exc:
             self._settle(key, flight, MISSING, exc)
             raise
         self._settle(key, flight, value, None)
         return value
+
+    def _mark(self, flight: Flight, locked: bool) -> None:
+        """Record whether the leader loads under the lock, and tell its followers."""
+        with self._lock:
+            if flight.locked is locked:
+                return
+            flight.locked = locked
+            if flight.changed is not None:
+                flight.changed.notify_all()
 
     def _settle(
         self, key: Hashable, flight: Flight, value: Any, error: BaseException | None
@@ -101,9 +155,8 @@ class FlightGroup:
             flight.value, flight.error = value, error
             if self._flights.get(key) is flight:
                 del self._flights[key]
-            done = flight.done
-        if done is not None:
-            done.set()
+            if flight.changed is not None:
+                flight.changed.notify_all()
 
     def __len__(self) -> int:
         return len(self._flights)

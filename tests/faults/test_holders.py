@@ -318,7 +318,12 @@ def _stuck_holder(mode: str, on_timeout: str, redis, redis_url, figure) -> list[
     assert lock_after == token
     assert 0 < pttl_after <= STUCK_LOCK_TTL * 1000
     assert expired_after < STUCK_LOCK_TTL + 10  # catches a lock that outlives its holder
-    assert min(waits) >= STUCK_WAIT_TIMEOUT - 0.01  # nobody gave up early
+    # Nobody gave up early: a process's callers follow its first caller, which waits
+    # WAIT_TIMEOUT on the stuck lock; a caller that came after it may wait less itself.
+    first_call: dict[int, float] = {}
+    for r in got:
+        first_call[r.pid] = min(first_call.get(r.pid, r.served_at), r.served_at - r.seconds)
+    assert min(r.served_at - first_call[r.pid] for r in got) >= STUCK_WAIT_TIMEOUT - 0.05
     assert max(waits) < STUCK_WAIT_TIMEOUT + 10  # catches a hang only
     assert redis.exists(FULL_KEY) == 0  # nothing was cached
     figure("wait timeout", STUCK_WAIT_TIMEOUT, "s")
@@ -334,14 +339,18 @@ def _stuck_holder(mode: str, on_timeout: str, redis, redis_url, figure) -> list[
 def test_waiters_load_their_own_uncached_value_after_wait_timeout_when_the_loader_never_returns(
     mode, redis, redis_url, figure
 ):
-    """Waiters load their own value (uncached) after WAIT_TIMEOUT; the stuck lock lives on."""
+    """Waiters load their own value (uncached) after WAIT_TIMEOUT; the stuck lock lives on.
+
+    One load per waiting process: its first caller waits on the lock and loads when its wait
+    times out; the process's other callers follow it (they have no time-out of their own
+    while it waits on another process's lock) and share its value.
+    """
     got = _stuck_holder(mode, "load", redis, redis_url, figure)
     per_process = loads_per_process(got)
 
     assert [r.outcome for r in got] == [("value", "own")] * 6
-    assert sorted(per_process.values())[0] >= 1
-    assert max(per_process.values()) <= 3
-    assert calls(redis) == sum(per_process.values())
+    assert sorted(per_process.values()) == [1, 1]
+    assert calls(redis) == 2
     figure("waiters' loader calls", calls(redis))
     figure("most waiter loader calls in one process", max(per_process.values()))
 

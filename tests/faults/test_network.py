@@ -345,11 +345,6 @@ def test_blackhole_while_waiters_wait(start_redis, proxy_to, spawn, figure):
 
 
 @pytest.mark.fault("Redis goes silent while 2 processes x 3 threads wait: loads per process")
-@pytest.mark.xfail(
-    strict=True,
-    reason="DEFECT: a process's followers give up on their flight at WAIT_TIMEOUT and each load, "
-    "so an outage during a wait costs one load per waiting thread, not one per process",
-)
 def test_blackhole_while_waiting_loads_once_per_process(start_redis, proxy_to, spawn, figure):
     """An outage during a wait costs one loader call per waiting process (ON_REDIS_ERROR doc)."""
     waiters, threads = 2, 3

@@ -9,6 +9,7 @@ import asyncio
 import pickle
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import redis as redis_py
@@ -17,7 +18,7 @@ import redis.asyncio as aredis
 from stampede import DontCache, Filler, FillOptions, RedisStore, ReentrantLoad, aio
 from stampede.core.keys import CacheKey, lock_key
 from tests.aio import workers as aio_workers
-from tests.helpers import call_together, run_concurrently
+from tests.helpers import call_together, run_concurrently, subscribers, wait_until
 from tests.redis import workers
 
 COUNTER = "loader-calls"
@@ -193,3 +194,214 @@ def test_async_a_loader_that_asks_for_its_own_key_is_refused_at_once(redis, redi
     assert time.monotonic() - started < 2.0
     assert refused.chain == ("k", "k")
     assert not redis.exists(lock_key("k"))
+
+
+# -- followers of this process: their own time-out runs only while the leader holds the lock -----
+# The other process is a lock key set here, as its fill would hold it; nothing ever releases it.
+
+
+def hold_lock(redis, name: str, seconds: float) -> None:
+    """Hold ``name``'s fill lock for ``seconds``, as another process filling it would."""
+    assert redis.set(lock_key(name), "another process", nx=True, px=int(seconds * 1000))
+
+
+def test_followers_of_a_leader_waiting_on_another_process_share_its_timed_out_load(redis):
+    hold_lock(redis, "k", 120)
+    filler = Filler(RedisStore(redis), FillOptions(wait_timeout=2.0, on_timeout="load"))
+    loads: list[float] = []
+
+    def load() -> list:
+        loads.append(time.monotonic())
+        time.sleep(1.5)  # unlocked: its followers wait for it, past their own deadline
+        return ["loaded", len(loads)]
+
+    with ThreadPoolExecutor(4) as pool:
+        started = time.monotonic()
+        leader = pool.submit(filler.get_or_load, "k", load, timeout=60)
+        wait_until(lambda: subscribers(redis, "k") == 1, "the leader waits for the lock")
+        followers = [pool.submit(filler.get_or_load, "k", load, timeout=60) for _ in range(3)]
+        got = [leader.result(60)] + [follower.result(60) for follower in followers]
+
+    assert len(loads) == 1  # the leader's, after its wait timed out; no follower loaded
+    assert loads[0] - started >= 2.0 - 0.01
+    assert got[0] == ["loaded", 1]
+    assert all(value is got[0] for value in got)
+    assert redis.get(lock_key("k")) == b"another process"
+
+
+def test_followers_past_their_deadline_time_out_when_the_leader_starts_its_locked_load(redis):
+    # The leader (wait_timeout 60) waits out the other process's lock, then loads under the
+    # lock and stays there; its followers (wait_timeout 0.5) wait without a deadline until
+    # then, past their own, and time out as soon as it takes the lock.
+    hold_lock(redis, "k", 2.5)
+    filler = Filler(RedisStore(redis), FillOptions(on_timeout="load"))
+    loading, release = threading.Event(), threading.Event()
+
+    def slow_load() -> str:
+        loading.set()
+        assert release.wait(60)
+        return "leader's"
+
+    def follow() -> tuple[str, float]:
+        started = time.monotonic()
+        value = filler.get_or_load("k", lambda: "own", timeout=60, wait_timeout=0.5)
+        return value, time.monotonic() - started
+
+    with ThreadPoolExecutor(3) as pool:
+        leader = pool.submit(filler.get_or_load, "k", slow_load, timeout=60, wait_timeout=60)
+        wait_until(lambda: subscribers(redis, "k") == 1, "the leader waits for the lock")
+        followers = [pool.submit(follow) for _ in range(2)]
+        got = [follower.result(60) for follower in followers]  # the leader is still loading
+        assert loading.is_set()
+        release.set()
+        assert leader.result(60) == "leader's"
+
+    assert [value for value, _ in got] == ["own", "own"]
+    # Their deadline passed while the leader waited (the lock had about 2 s left): they did
+    # not apply on_timeout then.
+    assert min(waited for _, waited in got) > 1.0
+
+
+def test_followers_of_a_slow_holder_time_out_at_their_wait_timeout(redis):
+    filler = Filler(RedisStore(redis), FillOptions(wait_timeout=0.5, on_timeout="load"))
+    loading, release = threading.Event(), threading.Event()
+
+    def slow_load() -> str:
+        loading.set()
+        assert release.wait(60)
+        return "leader's"
+
+    def follow() -> tuple[str, float]:
+        started = time.monotonic()
+        value = filler.get_or_load("k", lambda: "own", timeout=60)
+        return value, time.monotonic() - started
+
+    with ThreadPoolExecutor(3) as pool:
+        leader = pool.submit(filler.get_or_load, "k", slow_load, timeout=60)
+        assert loading.wait(30)  # under the lock
+        got = [follower.result(60) for follower in [pool.submit(follow) for _ in range(2)]]
+        release.set()
+        assert leader.result(60) == "leader's"
+
+    assert [value for value, _ in got] == ["own", "own"]
+    assert min(waited for _, waited in got) >= 0.5 - 0.01
+    assert max(waited for _, waited in got) < 0.5 + 10  # catches a hang only
+
+
+def test_async_followers_of_a_leader_waiting_on_another_process_share_its_timed_out_load(
+    redis, redis_url
+):
+    hold_lock(redis, "k", 120)
+    loads: list[float] = []
+
+    async def load() -> list:
+        loads.append(time.monotonic())
+        await asyncio.sleep(1.5)  # unlocked: its followers wait for it, past their own deadline
+        return ["loaded", len(loads)]
+
+    async def main() -> tuple[float, list]:
+        client = aredis.Redis.from_url(redis_url)
+        filler = aio.Filler(
+            aio.RedisStore(client), FillOptions(wait_timeout=2.0, on_timeout="load")
+        )
+        started = time.monotonic()
+        leader = asyncio.ensure_future(filler.get_or_load("k", load, timeout=60))
+        await until(lambda: subscribers(redis, "k") == 1, "the leader waits for the lock")
+        followers = [filler.get_or_load("k", load, timeout=60) for _ in range(3)]
+        got = await asyncio.wait_for(asyncio.gather(leader, *followers), 60)
+        await client.aclose()
+        return started, got
+
+    started, got = asyncio.run(main())
+
+    assert len(loads) == 1  # the leader's, after its wait timed out; no follower loaded
+    assert loads[0] - started >= 2.0 - 0.01
+    assert got[0] == ["loaded", 1]
+    assert all(value is got[0] for value in got)
+    assert redis.get(lock_key("k")) == b"another process"
+
+
+def test_async_followers_past_their_deadline_time_out_when_the_leader_starts_its_locked_load(
+    redis, redis_url
+):
+    hold_lock(redis, "k", 2.5)
+
+    async def main() -> tuple[str, list]:
+        client = aredis.Redis.from_url(redis_url)
+        filler = aio.Filler(aio.RedisStore(client), FillOptions(on_timeout="load"))
+        loading, release = asyncio.Event(), asyncio.Event()
+
+        async def slow_load() -> str:
+            loading.set()
+            await release.wait()
+            return "leader's"
+
+        async def own() -> str:
+            return "own"
+
+        async def follow() -> tuple[str, float]:
+            started = time.monotonic()
+            value = await filler.get_or_load("k", own, timeout=60, wait_timeout=0.5)
+            return value, time.monotonic() - started
+
+        leader = asyncio.ensure_future(
+            filler.get_or_load("k", slow_load, timeout=60, wait_timeout=60)
+        )
+        await until(lambda: subscribers(redis, "k") == 1, "the leader waits for the lock")
+        got = await asyncio.wait_for(asyncio.gather(follow(), follow()), 60)
+        assert loading.is_set()  # the leader is still loading
+        release.set()
+        value = await asyncio.wait_for(leader, 60)
+        await client.aclose()
+        return value, got
+
+    value, got = asyncio.run(main())
+
+    assert value == "leader's"
+    assert [value for value, _ in got] == ["own", "own"]
+    assert min(waited for _, waited in got) > 1.0  # not at their own deadline (0.5 s)
+
+
+def test_async_followers_of_a_slow_holder_time_out_at_their_wait_timeout(redis, redis_url):
+    async def main() -> tuple[str, list]:
+        client = aredis.Redis.from_url(redis_url)
+        filler = aio.Filler(
+            aio.RedisStore(client), FillOptions(wait_timeout=0.5, on_timeout="load")
+        )
+        loading, release = asyncio.Event(), asyncio.Event()
+
+        async def slow_load() -> str:
+            loading.set()
+            await release.wait()
+            return "leader's"
+
+        async def own() -> str:
+            return "own"
+
+        async def follow() -> tuple[str, float]:
+            started = time.monotonic()
+            value = await filler.get_or_load("k", own, timeout=60)
+            return value, time.monotonic() - started
+
+        leader = asyncio.ensure_future(filler.get_or_load("k", slow_load, timeout=60))
+        await asyncio.wait_for(loading.wait(), 30)  # under the lock
+        got = await asyncio.wait_for(asyncio.gather(follow(), follow()), 60)
+        release.set()
+        value = await asyncio.wait_for(leader, 60)
+        await client.aclose()
+        return value, got
+
+    value, got = asyncio.run(main())
+
+    assert value == "leader's"
+    assert [value for value, _ in got] == ["own", "own"]
+    assert min(waited for _, waited in got) >= 0.5 - 0.01
+    assert max(waited for _, waited in got) < 0.5 + 10  # catches a hang only
+
+
+async def until(predicate, what: str, timeout: float = 30) -> None:
+    """Async ``wait_until``: poll ``predicate`` without blocking the loop's other tasks."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting until {what}"
+        await asyncio.sleep(0.01)
