@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.cache import caches
 
 from stampede.testing import RedisServer
+from tests.django.workers import caches_config
 
 FIGURES_ENV = "STAMPEDE_FIGURES"
 _ROWS = pytest.StashKey[dict[str, dict[str, Any]]]()
@@ -77,6 +79,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     merged = json.loads(target.read_text()) if target.exists() else {}
     merged.update(rows)
     target.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
+
+
+@pytest.fixture
+def parent_cache(settings, redis, redis_url):
+    """Return ``make(**OPTIONS)`` -> this process's ``caches["default"]`` over the shared Redis."""
+
+    def make(**options: Any):
+        settings.CACHES = caches_config(redis_url, **options)
+        return caches["default"]
+
+    return make
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 import redis as redis_py
-from django.core.cache import caches
 
 from stampede.core import keys
 from stampede.core.envelope import Failure
@@ -65,17 +64,6 @@ def wait_for_the_whole_herd(herd: Herd, loader: Loader, client, peek: bool = Tru
         "every other process waits on the lock and every other caller on its flight",
         timeout=60,
     )
-
-
-@pytest.fixture
-def parent_cache(settings, redis, redis_url):
-    """Return ``make(**OPTIONS)`` -> this process's ``caches["default"]`` over the shared Redis."""
-
-    def make(**options: Any):
-        settings.CACHES = workers.caches_config(redis_url, **options)
-        return caches["default"]
-
-    return make
 
 
 @MODES

@@ -16,7 +16,6 @@ import time
 from typing import Any
 
 import pytest
-from django.core.cache import caches
 
 from stampede.core import keys
 from tests.django import workers
@@ -61,17 +60,6 @@ def wait_for_waiters(redis, waiters: Herd) -> None:
         "every waiting process listens for the release and every caller is inside the fill",
         timeout=60,
     )
-
-
-@pytest.fixture
-def parent_cache(settings, redis, redis_url):
-    """Return ``make(**OPTIONS)`` -> this process's ``caches["default"]`` over the shared Redis."""
-
-    def make(**options: Any):
-        settings.CACHES = workers.caches_config(redis_url, **options)
-        return caches["default"]
-
-    return make
 
 
 # -- SIGKILL --------------------------------------------------------------------------------
