@@ -188,8 +188,8 @@ class BackendFillLock:
     def peek(self) -> float | None:
         return calls.holder_ttl_of_pttl(self._store.client.pttl(lock_key(self._key.full)))
 
-    def subscribe(self) -> None:
-        self._wakeups.subscribe()
+    def subscribe(self, timeout: float | None = None) -> None:
+        self._wakeups.subscribe(timeout)
 
     def wait(self, seconds: float) -> Any:
         return self._wakeups.wait(seconds)
@@ -253,8 +253,8 @@ class AsyncBackendFillLock:
     async def peek(self) -> float | None:
         return calls.holder_ttl_of_pttl(await self._store.client.pttl(lock_key(self._key.full)))
 
-    async def subscribe(self) -> None:
-        await self._wakeups.subscribe()
+    async def subscribe(self, timeout: float | None = None) -> None:
+        await self._wakeups.subscribe(timeout)
 
     async def wait(self, seconds: float) -> Any:
         return await self._wakeups.wait(seconds)

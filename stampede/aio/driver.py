@@ -53,7 +53,7 @@ class FlightIO:
         if isinstance(step, flight.TryLock):
             return await self.lock.attempt()
         if isinstance(step, flight.Subscribe):
-            return await self.lock.subscribe()
+            return await self.lock.subscribe(step.seconds)
         if isinstance(step, flight.Peek):
             return await self.lock.peek()
         if isinstance(step, flight.Wait):

@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from ..core import events
 from ..core import options as conf
 from ..exceptions import LockLost, LockTimeout
@@ -31,7 +33,7 @@ from ..lock.rules import (
     remaining,
 )
 from .loops import loop_state
-from .notify import notifier_for
+from .notify import Subscription, notifier_for
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +88,9 @@ class Mutex(MutexBase):
             if not our_turn:
                 return False, 0
             # Subscribed (and confirmed) before the next SET NX: see stampede.lock.mutex.
-            subscription = await notifier_for(self._client).subscribe(self._channel)
+            subscription = await self._subscribe(deadline)
+            if subscription is None:
+                return await self._try(token)  # no time left to wait: one last attempt
             async with subscription:
                 while True:
                     acquired, value = await self._try(token)
@@ -96,6 +100,19 @@ class Mutex(MutexBase):
                     if left is not None and left <= 0:
                         return False, 0
                     await subscription.wait(park_time(left, holder_ttl_ms=value))
+
+    async def _subscribe(self, deadline: float | None) -> Subscription | None:
+        """Async twin of ``stampede.lock.mutex.Mutex._subscribe``."""
+        left = remaining(deadline)
+        if left is not None and left <= 0:
+            return None
+        try:
+            return await notifier_for(self._client).subscribe(self._channel, timeout=left)
+        except RedisTimeoutError:
+            left = remaining(deadline)
+            if left is None or left > 0:
+                raise  # Redis failed within our time
+            return None
 
     def _hold(self, token: str, fence: int) -> None:
         self._held(token, fence)

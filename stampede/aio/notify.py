@@ -2,28 +2,34 @@
 and pool.
 
 The rules are those of ``stampede.io.notify`` (confirmed subscribe, then a re-check; one
-SUBSCRIBE per channel; every waiter woken on a lost connection and again once resubscribed),
-kept by the shared ``ChannelBook``. Everything runs on one event loop, so no lock is needed.
+SUBSCRIBE per channel; one connect at a time; every waiter woken on a lost connection and again
+once resubscribed; a refused SUBSCRIBE raised, not reconnected), kept by the shared
+``ChannelBook``. Everything runs on one event loop, so no lock is needed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..io.channels import ChannelBook, channel_name, listener_connection_kwargs
+from ..io.channels import (
+    ChannelBook,
+    ConnectTimeouts,
+    channel_name,
+    listener_connection_kwargs,
+    raised_again,
+)
 from ..io.clients import connection_pool_of
 from ..io.notify import ACK_TIMEOUT
 from .loops import loop_state
 
 logger = logging.getLogger(__name__)
-
-_RECONNECT_BACKOFF = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
 
 class Subscription:
@@ -66,43 +72,64 @@ class Notifier:
     def __init__(self, connection_class: type, connection_kwargs: dict[str, Any]) -> None:
         self._connection_class = connection_class
         self._connection_kwargs = listener_connection_kwargs(connection_class, connection_kwargs)
+        self._timeouts = ConnectTimeouts.of_pool(connection_class, connection_kwargs)
         self._book = ChannelBook(asyncio.Event)
         self._connection: Any = None
-        self._connecting: asyncio.Lock = asyncio.Lock()
+        self._connecting = False  # a task is connecting: nobody else may (one at a time)
+        self._attempt_ended = asyncio.Event()  # set when that connect ends, either way
         self._task: asyncio.Task[None] | None = None
         self._closed = False
 
-    async def subscribe(self, channel: str | bytes, timeout: float = ACK_TIMEOUT) -> Subscription:
+    async def subscribe(
+        self, channel: str | bytes, timeout: float | None = ACK_TIMEOUT
+    ) -> Subscription:
         """Async twin of :meth:`stampede.io.notify.Notifier.subscribe`."""
         name = channel_name(channel)
+        timeout = ACK_TIMEOUT if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while True:
+            if deadline - time.monotonic() <= 0:
+                raise RedisTimeoutError(f"Redis did not confirm SUBSCRIBE {name!r} in {timeout}s")
+            subscription, episode, must_connect = await self._join(name)
+            try:
+                if must_connect:
+                    await self._connect(deadline - time.monotonic())
+                left = max(deadline - time.monotonic(), 0)
+                await asyncio.wait_for(episode.confirmed.wait(), left)
+            except asyncio.TimeoutError:
+                await subscription.close()
+                # A Redis error, as the sync twin raises: on_redis_error applies to it.
+                raise RedisTimeoutError(
+                    f"Redis did not confirm SUBSCRIBE {name!r} in {timeout}s"
+                ) from None
+            except BaseException:
+                await subscription.close()  # cancelled: leave no channel behind in the book
+                raise
+            if not episode.dropped:
+                return subscription
+            if episode.error is not None:
+                raise raised_again(episode.error)
+            # The connect this episode waited for was cut short: see the sync twin.
+
+    async def _join(self, name: bytes) -> tuple[Subscription, Any, bool]:
+        """Async twin of ``stampede.io.notify.Notifier._join``."""
+        if self._closed:
+            raise RedisConnectionError("notifier is closed")
         subscription = Subscription(self, name)
         episode, created = self._book.join(name, subscription)
         if created:
             self._book.adopt(name, episode)
-            try:
-                # Bounded: a Redis that accepts TCP but answers nothing must not hang us.
-                if not await asyncio.wait_for(self._ensure_connected(), timeout):
+            if self._connection is not None:
+                try:
                     await self._send("SUBSCRIBE", name, episode)
-            except asyncio.TimeoutError:
-                self._book.leave(name, subscription)
-                # A Redis error, as the sync twin raises: on_redis_error applies to it.
-                raise RedisTimeoutError(
-                    f"Redis did not connect for SUBSCRIBE {name!r} in {timeout}s"
-                ) from None
-            except BaseException:
-                self._book.leave(name, subscription)
-                raise
-        try:
-            await asyncio.wait_for(episode.confirmed.wait(), timeout)
-        except asyncio.TimeoutError:
-            await subscription.close()
-            raise RedisTimeoutError(
-                f"Redis did not confirm SUBSCRIBE {name!r} in {timeout}s"
-            ) from None
-        except BaseException:
-            await subscription.close()  # cancelled: leave no channel behind in the book
-            raise
-        return subscription
+                except BaseException:
+                    self._book.leave(name, subscription)
+                    raise
+        must_connect = self._connection is None and not self._connecting
+        if must_connect:
+            self._connecting = True
+            self._attempt_ended = asyncio.Event()
+        return subscription, episode, must_connect
 
     async def _unsubscribe(self, subscription: Subscription) -> None:
         if not self._book.leave(subscription.channel, subscription) or self._connection is None:
@@ -117,30 +144,60 @@ class Notifier:
         try:
             await self._connection.send_command(command, name)
         except BaseException:
-            self._book.unexpect(name)
+            self._book.unexpect()
             raise
 
-    async def _ensure_connected(self) -> bool:
-        """Connect if needed; return True if a new connection subscribed every wanted channel."""
-        async with self._connecting:
-            if self._closed:
-                raise RedisConnectionError("notifier is closed")
-            if self._connection is not None:
-                return False
-            connection = self._connection_class(**self._connection_kwargs)
-            try:
-                await connection.connect()
-            except BaseException:
-                await connection.disconnect()
-                raise
-            self._connection = connection
-            # The episode that triggered this connect is already in the book: rejoin()
-            # subscribes every wanted channel (it included), so the caller must not repeat it.
-            for name in self._book.rejoin():
-                await connection.send_command("SUBSCRIBE", name)
-            if self._task is None or self._task.done():
-                self._task = asyncio.get_running_loop().create_task(self._listen())
-            return True
+    async def _connect(self, left: float) -> None:
+        """Async twin of ``stampede.io.notify.Notifier._connect``."""
+        try:
+            # Bounded: a Redis that accepts TCP but answers nothing must not hang us.
+            connection = await asyncio.wait_for(self._open(left), left)
+        except BaseException as exc:
+            # Our own time ran out, or we were cancelled: that says nothing about Redis.
+            own_time = isinstance(exc, asyncio.TimeoutError)
+            cut_short = own_time or self._timeouts.cut_short(exc, left)
+            self._attempt_over()
+            self._book.connect_failed(None if cut_short else exc)
+            if own_time:
+                # A Redis error, as the sync twin raises: on_redis_error applies to it.
+                raise RedisTimeoutError(f"Redis did not connect in {left:.3g}s") from None
+            raise
+        self._attempt_over()
+        if self._closed:
+            await connection.disconnect()
+            raise RedisConnectionError("notifier is closed")
+        await self._install(connection)
+
+    def _attempt_over(self) -> None:
+        self._connecting = False
+        self._attempt_ended.set()
+
+    async def _open(self, left: float) -> Any:
+        kwargs = dict(self._connection_kwargs, **self._timeouts.attempt(left))
+        connection = self._connection_class(**kwargs)
+        try:
+            await connection.connect()
+        except BaseException:
+            await connection.disconnect()
+            raise
+        return connection
+
+    async def _install(self, connection: Any) -> None:
+        # From here the listener blocks reading until a message comes: no read timeout.
+        connection.socket_timeout = None
+        self._connection = connection
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._listen())
+        names = self._book.rejoin()
+        if not names:
+            return
+        try:
+            # One write, so no other task's SUBSCRIBE lands between these: see the sync twin.
+            await connection.send_packed_command(
+                connection.pack_commands([("SUBSCRIBE", name) for name in names])
+            )
+        except (RedisError, OSError):
+            logger.debug("SUBSCRIBE on a new pub/sub connection failed; reconnecting")
 
     async def _listen(self) -> None:
         while not self._closed:
@@ -149,6 +206,9 @@ class Notifier:
                 return
             try:
                 reply = await connection.read_response(disconnect_on_error=False)
+            except ResponseError as exc:
+                self._book.refused(exc)  # an answer (a refused SUBSCRIBE), not a lost connection
+                continue
             except (RedisError, OSError, ValueError) as exc:
                 await self._on_connection_lost(connection, exc)
                 if self._connection is None:
@@ -160,21 +220,33 @@ class Notifier:
         if self._connection is not connection:
             return
         self._connection = None
+        if not self._closed:
+            logger.warning(
+                "stampede: pub/sub connection lost (%s); waking all waiters and reconnecting",
+                error,
+            )
+            # Before the next await: a subscriber may connect meanwhile, and what this forgets
+            # (replies expected, waiters to wake) must be the old connection's, not the new's.
+            self._book.connection_lost()
         await connection.disconnect()
-        if self._closed:
-            return
-        logger.warning(
-            "stampede: pub/sub connection lost (%s); waking all waiters and reconnecting", error
-        )
-        self._book.connection_lost()
-        attempt = 0
-        while not self._closed and self._book.episodes and self._connection is None:
-            try:
-                await asyncio.wait_for(self._ensure_connected(), ACK_TIMEOUT)
+        if not self._closed:
+            await self._reconnect()
+
+    async def _reconnect(self) -> None:
+        """Async twin of ``stampede.io.notify.Notifier._reconnect``."""
+        while True:
+            await asyncio.sleep(self._book.backoff.next_delay())
+            while self._connecting and not self._closed:
+                await self._attempt_ended.wait()  # a subscriber's connect: wait for its outcome
+            if self._closed or self._connection is not None or not self._book.episodes:
                 return
-            except (RedisError, OSError, asyncio.TimeoutError):
-                await asyncio.sleep(_RECONNECT_BACKOFF[min(attempt, len(_RECONNECT_BACKOFF) - 1)])
-                attempt += 1
+            self._connecting = True
+            self._attempt_ended = asyncio.Event()
+            try:
+                await self._connect(ACK_TIMEOUT)
+                return
+            except (RedisError, OSError):
+                pass
 
     async def close(self) -> None:
         """Async twin of :meth:`stampede.io.notify.Notifier.close`."""

@@ -70,9 +70,11 @@ class WakeUps:
         self._loads = loads
         self._subscription: Subscription | None = None
 
-    async def subscribe(self) -> None:
+    async def subscribe(self, timeout: float | None = None) -> None:
+        """Async twin of :meth:`stampede.fill.store.WakeUps.subscribe`."""
         notifier = notifier_for(self._client)
-        self._subscription = await notifier.subscribe(done_channel(self._key.full))
+        channel = done_channel(self._key.full)
+        self._subscription = await notifier.subscribe(channel, timeout=timeout)
 
     async def wait(self, seconds: float) -> WakeUp:
         assert self._subscription is not None, "subscribe() before wait()"
@@ -115,8 +117,8 @@ class RedisFillLock:
     async def peek(self) -> float | None:
         return calls.holder_ttl_of_pttl(await self._store.client.pttl(lock_key(self._key.full)))
 
-    async def subscribe(self) -> None:
-        await self._wakeups.subscribe()
+    async def subscribe(self, timeout: float | None = None) -> None:
+        await self._wakeups.subscribe(timeout)
 
     async def wait(self, seconds: float) -> WakeUp:
         return await self._wakeups.wait(seconds)

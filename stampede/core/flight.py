@@ -79,7 +79,14 @@ class LockAttempt:
 
 @dataclass(frozen=True, slots=True)
 class Subscribe:
-    """Subscribe (confirmed) to the key's wake-up channel; send back None."""
+    """Subscribe (confirmed) to the key's wake-up channel; send back None.
+
+    ``seconds`` bounds the subscription, connect included: what the waiter has left of its
+    wait_timeout, but at least ``SUBSCRIBE_FLOOR`` (a healthy Redis confirms in milliseconds;
+    a caller with no wait left still subscribes once, for its peek).
+    """
+
+    seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +154,9 @@ class Background:
 
     refresh: Generator[Step, Any, Any]
 
+
+#: The shortest bound of a ``Subscribe`` (see there), in seconds.
+SUBSCRIBE_FLOOR = 1.0
 
 Step = Read | TryLock | Subscribe | Peek | Wait | Load | Commit | Serve | Note | Background
 Protocol = Generator[Step, Any, Any]
@@ -349,7 +359,8 @@ def _fill_missing(key: Any, timeout: float | None, options: FillOptions, clock: 
             # Subscribed only after a lost attempt, so the caller that wins goes straight to
             # its loader. A release between that attempt and the subscription would be a
             # wake-up nobody hears: the peek after subscribing sees it (the lock is gone).
-            yield Subscribe()
+            left = options.wait_timeout - (clock.monotonic() - started)
+            yield Subscribe(max(left, SUBSCRIBE_FLOOR))
             subscribed = True
             holder_ttl = yield Peek()
             if holder_ttl is None:

@@ -36,8 +36,12 @@ class FillLock(Protocol):
         """Return the seconds the current holder has left, or None if nobody holds the lock."""
         ...
 
-    def subscribe(self) -> None:
-        """Subscribe (confirmed by the server) to the key's wake-ups."""
+    def subscribe(self, timeout: float | None = None) -> None:
+        """Subscribe (confirmed by the server) to the key's wake-ups.
+
+        ``timeout``: the seconds the waiter has left; the subscribe, connect included, takes
+        no longer (None: the store's own bound). A store's I/O error if it does.
+        """
         ...
 
     def wait(self, seconds: float) -> WakeUp:
@@ -76,7 +80,7 @@ class AsyncFillLock(Protocol):
 
     async def peek(self) -> float | None: ...
 
-    async def subscribe(self) -> None: ...
+    async def subscribe(self, timeout: float | None = None) -> None: ...
 
     async def wait(self, seconds: float) -> WakeUp: ...
 

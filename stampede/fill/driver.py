@@ -56,7 +56,7 @@ class FlightIO:
         if isinstance(step, flight.TryLock):
             return self.lock.attempt()
         if isinstance(step, flight.Subscribe):
-            return self.lock.subscribe()
+            return self.lock.subscribe(step.seconds)
         if isinstance(step, flight.Peek):
             return self.lock.peek()
         if isinstance(step, flight.Wait):

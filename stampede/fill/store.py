@@ -69,9 +69,11 @@ class WakeUps:
         self._loads = loads
         self._subscription: Subscription | None = None
 
-    def subscribe(self) -> None:
+    def subscribe(self, timeout: float | None = None) -> None:
+        """Subscribe (confirmed); ``timeout`` is the time the waiter has left (None: the
+        notifier's own bound), so a silent Redis costs it no more than that."""
         notifier = notifier_for(self._client)
-        self._subscription = notifier.subscribe(done_channel(self._key.full))
+        self._subscription = notifier.subscribe(done_channel(self._key.full), timeout=timeout)
 
     def wait(self, seconds: float) -> WakeUp:
         assert self._subscription is not None, "subscribe() before wait()"
@@ -118,8 +120,8 @@ class RedisFillLock:
     def peek(self) -> float | None:
         return calls.holder_ttl_of_pttl(self._store.client.pttl(lock_key(self._key.full)))
 
-    def subscribe(self) -> None:
-        self._wakeups.subscribe()
+    def subscribe(self, timeout: float | None = None) -> None:
+        self._wakeups.subscribe(timeout)
 
     def wait(self, seconds: float) -> WakeUp:
         return self._wakeups.wait(seconds)

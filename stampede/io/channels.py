@@ -5,17 +5,26 @@ twin (``aio/notify.py``, a listener task). Rule: no I/O and no locking here; eac
 calls these methods under its own lock (sync) or from its one event loop (async), and does
 the sends itself.
 
-Rule: confirmations arrive in the order commands were sent; one FIFO per channel matches each
-"subscribe" reply to the episode that asked for it, even across a quick unsubscribe and
-subscribe of the same channel.
+Rule: replies arrive in the order commands were sent; one FIFO of the commands still
+unanswered matches each "subscribe" reply to the episode that asked for it (even across a
+quick unsubscribe and subscribe of the same channel), and an error reply, which names no
+channel, to the command it refuses.
+
+Rule: one connect at a time per notifier. Subscribers that arrive meanwhile are in the book,
+so the new connection subscribes them too (``rejoin``); if the connect fails, they are told at
+once (``connect_failed``) instead of waiting out their timeouts.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
+
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 
 class Waiter(Protocol):
@@ -23,9 +32,15 @@ class Waiter(Protocol):
 
 
 class Episode:
-    """One SUBSCRIBE of a channel: its local subscriptions and the server's confirmation."""
+    """One SUBSCRIBE of a channel: its local subscriptions and the server's confirmation.
 
-    __slots__ = ("confirmed", "rejoined", "subscriptions")
+    ``confirmed`` is also set when the episode ends without a confirmation: the connection
+    broke (its subscribers re-check Redis, as after any wake-up), or ``dropped`` is True (the
+    SUBSCRIBE was refused, or the connect it waited for failed): then its subscribers raise
+    ``error``, or try again if there is none.
+    """
+
+    __slots__ = ("confirmed", "dropped", "error", "rejoined", "subscriptions")
 
     def __init__(self, event: Any) -> None:
         self.subscriptions: set[Waiter] = set()
@@ -34,10 +49,36 @@ class Episode:
         # have been published while nobody listened, so waiters must re-check once the new
         # subscription is confirmed (not before, or the next release could slip past too).
         self.rejoined = False
+        self.dropped = False
+        self.error: BaseException | None = None
 
     def wake_all(self, message: bytes | None) -> None:
         for subscription in self.subscriptions:
             subscription._wake(message)
+
+
+class Backoff:
+    """The listener's pauses between reconnects.
+
+    None before the first reconnect after a confirmed subscription (a lone drop costs no
+    delay), then growing. Only a confirmed subscription resets it, not a connect that
+    succeeded: a server that accepts connections and then refuses or drops every one of them
+    must not get a new one every few milliseconds.
+    """
+
+    STEPS = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+
+    def __init__(self) -> None:
+        self._attempts = 0
+
+    def next_delay(self) -> float:
+        """Return how long to pause before the next reconnect, and count that reconnect."""
+        delay = 0.0 if self._attempts == 0 else self.STEPS[min(self._attempts, len(self.STEPS)) - 1]
+        self._attempts += 1
+        return delay
+
+    def reset(self) -> None:
+        self._attempts = 0
 
 
 class ChannelBook:
@@ -46,7 +87,9 @@ class ChannelBook:
     def __init__(self, event_factory: Callable[[], Any]) -> None:
         self._event_factory = event_factory
         self.episodes: dict[bytes, Episode] = {}
-        self._pending: dict[bytes, deque[Episode | None]] = {}
+        # The (un)subscribes sent and not yet answered, oldest first; None: an UNSUBSCRIBE.
+        self._pending: deque[tuple[bytes, Episode | None]] = deque()
+        self.backoff = Backoff()
 
     def join(self, name: bytes, subscription: Waiter) -> tuple[Episode, bool]:
         """Return (the channel's episode, whether a SUBSCRIBE must be sent for it)."""
@@ -74,11 +117,11 @@ class ChannelBook:
 
     def expect(self, name: bytes, episode: Episode | None) -> None:
         """Note that a (un)subscribe reply for ``name`` is coming; call before sending."""
-        self._pending.setdefault(name, deque()).append(episode)
+        self._pending.append((name, episode))
 
-    def unexpect(self, name: bytes) -> None:
-        """Undo ``expect`` for a command that could not be sent."""
-        self._pending[name].pop()
+    def unexpect(self) -> None:
+        """Undo the last ``expect``, for a command that could not be sent."""
+        self._pending.pop()
 
     def dispatch(self, reply: Any) -> None:
         """Apply one reply read from the pub/sub connection."""
@@ -92,15 +135,56 @@ class ChannelBook:
             return
         if kind not in (b"subscribe", b"unsubscribe"):
             return
-        pending = self._pending.get(name)
-        answered = pending.popleft() if pending else None
-        if pending is not None and not pending:
-            del self._pending[name]
+        answered = self._answered(name)
         if kind == b"subscribe" and answered is not None:
             answered.confirmed.set()
+            self.backoff.reset()
             if answered.rejoined:
                 answered.rejoined = False
                 answered.wake_all(None)
+
+    def _answered(self, name: bytes) -> Episode | None:
+        # The reply answers the oldest command still unanswered: the head of the FIFO, unless
+        # an async sender's write was overtaken; the name tells.
+        for index, (pending_name, episode) in enumerate(self._pending):
+            if pending_name == name:
+                del self._pending[index]
+                return episode
+        return None
+
+    def refused(self, error: BaseException) -> None:
+        """Apply an error reply: Redis refused the oldest command still unanswered.
+
+        A refused SUBSCRIBE (an ACL user without the channel: ``-NOPERM``) is an answer, not a
+        broken connection: its subscribers raise ``error`` (their caller's ``on_redis_error``
+        applies), the connection and every other channel stay as they are, and nothing
+        reconnects. Waiters parked on a channel refused on a rejoin are woken to re-check.
+        """
+        if not self._pending:
+            return
+        name, episode = self._pending.popleft()
+        if episode is not None:  # a refused UNSUBSCRIBE leaves a channel nobody wants anyway
+            self._drop(name, episode, error)
+            episode.wake_all(None)
+
+    def connect_failed(self, error: BaseException | None) -> None:
+        """End the episodes that waited for the connect that failed with ``error``.
+
+        Those are the ones never confirmed: every episode live before was released by
+        ``connection_lost``, and its waiters are parked, not subscribing. Their subscribers
+        raise ``error`` at once, or try again if it is None (the attempt says nothing about
+        Redis: see ``ConnectTimeouts.cut_short``).
+        """
+        for name, episode in list(self.episodes.items()):
+            if not episode.confirmed.is_set():
+                self._drop(name, episode, error)
+
+    def _drop(self, name: bytes, episode: Episode, error: BaseException | None) -> None:
+        if self.episodes.get(name) is episode:
+            del self.episodes[name]
+        episode.dropped = True
+        episode.error = error
+        episode.confirmed.set()
 
     def connection_lost(self) -> None:
         """Wake every waiter: a spurious wake-up costs a re-check, a lost one a hang."""
@@ -124,15 +208,73 @@ class ChannelBook:
         self.episodes.clear()
 
 
+def raised_again(error: BaseException) -> BaseException:
+    """Return a copy of ``error`` for one more subscriber to raise.
+
+    The subscribers of one episode raise its error at once, in several threads; raising one
+    exception object from all of them would mix their tracebacks.
+    """
+    try:
+        again = copy.copy(error)
+    except Exception:
+        return error
+    again.__traceback__ = None
+    return again
+
+
+class ConnectTimeouts(NamedTuple):
+    """The pool's bounds on making a connection: the TCP connect, and each handshake reply.
+
+    A listener's connect gets no more than a connection of the pool would, nor more than its
+    caller has left: a Redis that accepts TCP and answers nothing must not hold a caller
+    with ``WAIT_TIMEOUT=2`` and ``socket_timeout=1`` for ten seconds.
+    """
+
+    connect: float | None
+    reply: float | None
+
+    @classmethod
+    def of_pool(cls, connection_class: type, kwargs: dict[str, Any]) -> ConnectTimeouts:
+        reply = _setting(connection_class, kwargs, "socket_timeout")
+        connect = _setting(connection_class, kwargs, "socket_connect_timeout")
+        if connect is None:
+            connect = reply  # as redis-py does
+        if reply is None:
+            reply = connect  # the handshake is part of the connect
+        return cls(connect, reply)
+
+    def attempt(self, left: float) -> dict[str, float]:
+        """Return the socket timeouts of one connect by a caller that has ``left`` seconds."""
+        left = max(left, 0.001)  # a zero socket timeout would mean "non-blocking"
+        return {
+            "socket_connect_timeout": left if self.connect is None else min(self.connect, left),
+            "socket_timeout": left if self.reply is None else min(self.reply, left),
+        }
+
+    def cut_short(self, error: BaseException, left: float) -> bool:
+        """Return True if ``error``, which ended a connect given ``left`` seconds, says nothing
+        about Redis: an interrupt, or a timeout where ``left`` was tighter than the pool's
+        bounds. Then the subscribers that waited for that connect try again with their own
+        time; otherwise the error is theirs too.
+        """
+        if not isinstance(error, (RedisError, OSError)):
+            return True
+        if not isinstance(error, (RedisTimeoutError, TimeoutError)):
+            return False
+        return any(bound is None or left < bound for bound in self)
+
+
 def listener_connection_kwargs(connection_class: type, kwargs: dict[str, Any]) -> dict[str, Any]:
     """Return the pool's connection arguments adapted for a connection that only listens.
 
     AUTH, TLS, Sentinel and the database number carry over; but RESP2, undecoded replies and
-    no read timeout, because the listener blocks reading until a message comes.
+    no read timeout, because the listener blocks reading until a message comes; and one
+    attempt per connect, because the listener retries by itself, with a back-off, and a
+    subscriber's connect must end within its time.
     """
     kwargs = dict(kwargs)
     kwargs.update(socket_timeout=None, health_check_interval=0, decode_responses=False)
-    if _accepts_protocol(connection_class):
+    if _init_parameter(connection_class, "protocol") is not None:
         # RESP3 (redis-py 8's default) routes pub/sub replies to push handlers instead of
         # returning them from read_response; RESP2 returns them in order, as we need.
         kwargs["protocol"] = 2
@@ -141,16 +283,44 @@ def listener_connection_kwargs(connection_class: type, kwargs: dict[str, Any]) -
         # connection without hiredis; this connection only ever listens.
         kwargs["maint_notifications_config"] = None
         kwargs.pop("maint_notifications_pool_handler", None)
+    if kwargs.get("retry") is not None:
+        kwargs["retry"] = _single_attempt(kwargs["retry"])
+    if kwargs.get("retry_on_timeout"):
+        kwargs["retry_on_timeout"] = False
+    if kwargs.get("retry_on_error"):
+        kwargs["retry_on_error"] = []
     return kwargs
 
 
-def _accepts_protocol(connection_class: type) -> bool:
-    # redis-py >= 5 has a ``protocol`` argument (on a base class, so look along the MRO).
+def _single_attempt(retry: Any) -> Any:
+    # A copy: the pool's own policy stays as it is (redis-py copies it per connection too).
+    retry = copy.deepcopy(retry)
+    if hasattr(retry, "update_retries"):
+        retry.update_retries(0)
+    else:  # redis-py < 5
+        retry._retries = 0
+    return retry
+
+
+def _setting(connection_class: type, kwargs: dict[str, Any], name: str) -> Any:
+    """Return the pool's ``name`` argument, or the connection class's default for it."""
+    if name in kwargs:
+        return kwargs[name]
+    parameter = _init_parameter(connection_class, name)
+    if parameter is None or parameter.default is inspect.Parameter.empty:
+        return None
+    return parameter.default
+
+
+def _init_parameter(connection_class: type, name: str) -> inspect.Parameter | None:
+    # Arguments may be declared on a base class (``**kwargs`` passed up): look along the MRO.
     for cls in connection_class.__mro__:
         init = cls.__dict__.get("__init__")
-        if init is not None and "protocol" in inspect.signature(init).parameters:
-            return True
-    return False
+        if init is not None:
+            parameter = inspect.signature(init).parameters.get(name)
+            if parameter is not None:
+                return parameter
+    return None
 
 
 def channel_name(channel: str | bytes) -> bytes:

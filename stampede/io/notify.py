@@ -14,9 +14,19 @@ timeline loses a wake-up::
 Rule: one SUBSCRIBE per channel per process, however many local waiters share it, and one
 message wakes all of them; so a release costs one PUBLISH whatever the number of waiters.
 
+Rule: one connection, and one connect at a time. Subscribers that arrive during a connect
+wait for it (it subscribes their channels too): a burst of first subscribers opens one
+connection, not one each (under ``maxclients`` the extra ones would be refused). If it fails,
+they are told at once, not at their timeouts.
+
+Rule: a subscribe takes no longer than its caller has left, and a connect no longer than a
+connection of the pool would (``socket_connect_timeout``, ``socket_timeout``).
+
 Rule: when the pub/sub connection breaks, every waiter is woken (it re-checks Redis: a spurious
 wake-up costs one round trip, a lost one would cost a hang), and the listener reconnects and
-subscribes again to every channel still wanted.
+subscribes again to every channel still wanted, backing off until a subscription is confirmed.
+A refused SUBSCRIBE (``-NOPERM``) is an answer, not a broken connection: that subscribe raises,
+and nothing reconnects.
 """
 
 from __future__ import annotations
@@ -29,17 +39,23 @@ import weakref
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .channels import ChannelBook, channel_name, listener_connection_kwargs
+from .channels import (
+    ChannelBook,
+    ConnectTimeouts,
+    channel_name,
+    listener_connection_kwargs,
+    raised_again,
+)
 from .clients import connection_pool_of
 
 logger = logging.getLogger(__name__)
 
-#: How long ``subscribe`` waits for Redis to confirm a subscription before giving up.
+#: How long ``subscribe`` waits for Redis to confirm a subscription before giving up, when its
+#: caller gives no time of its own; the listener's reconnects are bounded by it too.
 ACK_TIMEOUT = 10.0
-_RECONNECT_BACKOFF = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
 
 class Subscription:
@@ -86,25 +102,58 @@ class Notifier:
     def __init__(self, connection_class: type, connection_kwargs: dict[str, Any]) -> None:
         self._connection_class = connection_class
         self._connection_kwargs = listener_connection_kwargs(connection_class, connection_kwargs)
+        self._timeouts = ConnectTimeouts.of_pool(connection_class, connection_kwargs)
         self._lock = threading.Lock()
+        # Notified when a connection is installed and when a connect attempt ends.
         self._connected = threading.Condition(self._lock)
         self._book = ChannelBook(threading.Event)
         self._connection: Any = None
+        self._connecting = False  # a thread is connecting: nobody else may (one at a time)
         self._thread: threading.Thread | None = None
         self._closed = False
         self._pid = os.getpid()
 
     # -- subscribers' side ------------------------------------------------------------------
 
-    def subscribe(self, channel: str | bytes, timeout: float = ACK_TIMEOUT) -> Subscription:
+    def subscribe(self, channel: str | bytes, timeout: float | None = ACK_TIMEOUT) -> Subscription:
         """Return a confirmed subscription to ``channel``.
+
+        ``timeout`` is the time the caller has left (None: ``ACK_TIMEOUT``); a connect made
+        for it is also bounded by the pool's ``socket_connect_timeout`` and ``socket_timeout``.
 
         Raises:
             redis.exceptions.ConnectionError: Redis cannot be reached.
             redis.exceptions.TimeoutError: Redis did not connect, or did not confirm, within
-                ``timeout`` seconds.
+                ``timeout`` seconds (or the pool's timeouts).
+            redis.exceptions.ResponseError: Redis refused the SUBSCRIBE (``NoPermissionError``:
+                an ACL user without this channel).
         """
         name = channel_name(channel)
+        timeout = ACK_TIMEOUT if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while True:
+            if deadline - time.monotonic() <= 0:
+                raise RedisTimeoutError(f"Redis did not confirm SUBSCRIBE {name!r} in {timeout}s")
+            subscription, episode, must_connect = self._join(name)
+            try:
+                if must_connect:
+                    self._connect(deadline - time.monotonic())
+                if not episode.confirmed.wait(max(deadline - time.monotonic(), 0)):
+                    raise RedisTimeoutError(
+                        f"Redis did not confirm SUBSCRIBE {name!r} in {timeout}s"
+                    )
+            except BaseException:
+                subscription.close()
+                raise
+            if not episode.dropped:
+                return subscription
+            if episode.error is not None:
+                raise raised_again(episode.error)
+            # The connect this episode waited for was cut short by its thread's own deadline:
+            # it says nothing about Redis, so try again (connecting, if nobody else is).
+
+    def _join(self, name: bytes) -> tuple[Subscription, Any, bool]:
+        """Return (a new subscription, its episode, whether this thread must connect)."""
         subscription = Subscription(self, name)
         with self._lock:
             if self._closed:
@@ -116,17 +165,12 @@ class Notifier:
                 self._book.adopt(name, episode)
                 if self._connection is not None:
                     self._send_or_leave_locked(name, episode, subscription)
-            must_connect = self._connection is None
-        if must_connect:
-            try:
-                self._connect_and_install(timeout)
-            except BaseException:
-                subscription.close()
-                raise
-        if not episode.confirmed.wait(timeout):
-            subscription.close()
-            raise RedisTimeoutError(f"Redis did not confirm SUBSCRIBE {name!r} in {timeout}s")
-        return subscription
+            # One connect at a time: a subscriber that arrives during another's connect is in
+            # the book, so that connect subscribes it too; it only waits for the confirmation.
+            must_connect = self._connection is None and not self._connecting
+            if must_connect:
+                self._connecting = True
+        return subscription, episode, must_connect
 
     def _send_or_leave_locked(self, name: bytes, episode: Any, subscription: Subscription) -> None:
         try:
@@ -153,43 +197,70 @@ class Notifier:
         try:
             self._connection.send_command(command, name)
         except BaseException:
-            self._book.unexpect(name)
+            self._book.unexpect()
             raise
 
-    def _connect_and_install(self, timeout: float) -> None:
-        """Open a listening connection and make it the notifier's, unless one appeared meanwhile.
+    def _connect(self, left: float) -> None:
+        """Open a listening connection and make it the notifier's; only the thread that set
+        ``_connecting`` calls this.
 
-        The handshake (AUTH, SELECT) runs outside the lock and is bounded by ``timeout``:
-        a Redis that accepts TCP but answers nothing must not hold every subscriber and
-        every ``close()`` of this process behind the lock.
+        The handshake (AUTH, SELECT) runs outside the lock, bounded by ``left`` and by the
+        pool's timeouts: a Redis that accepts TCP but answers nothing must not hold every
+        subscriber and every ``close()`` of this process behind the lock. If it fails, the
+        subscribers that waited for it are told at once (``ChannelBook.connect_failed``).
         """
-        kwargs = dict(self._connection_kwargs, socket_timeout=timeout)
-        kwargs.setdefault("socket_connect_timeout", timeout)
-        connection = self._connection_class(**kwargs)
-        connection.connect()
+        try:
+            connection = self._open(left)
+        except BaseException as exc:
+            with self._lock:
+                self._connecting = False
+                self._book.connect_failed(None if self._timeouts.cut_short(exc, left) else exc)
+                self._connected.notify_all()
+            raise
         with self._lock:
-            installed = not self._closed and self._connection is None
+            self._connecting = False
+            installed = not self._closed
             if installed:
                 self._install_locked(connection)
+            self._connected.notify_all()
         if not installed:
             connection.disconnect()
-            if self._closed:
-                raise RedisConnectionError("notifier is closed")
+            raise RedisConnectionError("notifier is closed")
+
+    def _open(self, left: float) -> Any:
+        kwargs = dict(self._connection_kwargs, **self._timeouts.attempt(left))
+        connection = self._connection_class(**kwargs)
+        try:
+            connection.connect()
+        except BaseException:
+            connection.disconnect()
+            raise
+        return connection
 
     def _install_locked(self, connection: Any) -> None:
         # From here the listener blocks reading until a message comes: no read timeout.
+        connection.socket_timeout = None
         sock = getattr(connection, "_sock", None)
         if sock is not None:
             sock.settimeout(None)
         self._connection = connection
-        for name in self._book.rejoin():
-            connection.send_command("SUBSCRIBE", name)
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(
                 target=self._listen, name="stampede-notify", daemon=True
             )
             self._thread.start()
-        self._connected.notify_all()
+        names = self._book.rejoin()
+        if not names:
+            return
+        try:
+            # One write for every channel wanted: those of the subscribers that arrived
+            # during this connect, and those live before a lost connection.
+            connection.send_packed_command(
+                connection.pack_commands([("SUBSCRIBE", name) for name in names])
+            )
+        except (RedisError, OSError):
+            # The listener's read fails too: it wakes every waiter and reconnects.
+            logger.debug("SUBSCRIBE on a new pub/sub connection failed; reconnecting")
 
     # -- listener's side --------------------------------------------------------------------
 
@@ -203,6 +274,11 @@ class Notifier:
                 connection = self._connection
             try:
                 reply = connection.read_response(disconnect_on_error=False)
+            except ResponseError as exc:
+                # An answer (a refused SUBSCRIBE), not a broken connection.
+                with self._lock:
+                    self._book.refused(exc)
+                continue
             except (RedisError, OSError, ValueError) as exc:
                 # ValueError: the socket was closed under the read by close().
                 self._on_connection_lost(connection, exc)
@@ -227,18 +303,21 @@ class Notifier:
     def _reconnect(self) -> None:
         # Retried only while some waiter still wants a channel; a waiter that arrives later
         # connects by itself in subscribe().
-        attempt = 0
         while True:
             with self._lock:
+                delay = self._book.backoff.next_delay()
+            time.sleep(delay)
+            with self._lock:
+                while self._connecting and not self._closed:
+                    self._connected.wait()  # a subscriber's connect: wait for its outcome
                 if self._closed or self._connection is not None or not self._book.episodes:
                     return
+                self._connecting = True
             try:
-                self._connect_and_install(ACK_TIMEOUT)
+                self._connect(ACK_TIMEOUT)
                 return
             except (RedisError, OSError):
                 pass
-            time.sleep(_RECONNECT_BACKOFF[min(attempt, len(_RECONNECT_BACKOFF) - 1)])
-            attempt += 1
 
     def close(self) -> None:
         """Disconnect and stop the listener; waiters still parked are woken."""

@@ -25,11 +25,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from ..core import events
 from ..core import options as conf
 from ..io import scripts
 from ..io.clients import connection_pool_of
-from ..io.notify import notifier_for
+from ..io.notify import Subscription, notifier_for
 from . import watchdog
 from .rules import (
     RELEASED,
@@ -127,7 +129,10 @@ class Mutex(HoldContext, MutexBase):
                 return False, 0
             # Subscribed (and confirmed) before the next SET NX, so a release in between
             # is a message we will receive, not one we missed.
-            with notifier_for(self._client).subscribe(self._channel) as subscription:
+            subscription = self._subscribe(deadline)
+            if subscription is None:
+                return self._try(token)  # no time left to wait: one last attempt
+            with subscription:
                 while True:
                     acquired, value = self._try(token)
                     if acquired:
@@ -136,6 +141,25 @@ class Mutex(HoldContext, MutexBase):
                     if left is not None and left <= 0:
                         return False, 0
                     subscription.wait(park_time(left, holder_ttl_ms=value))
+
+    def _subscribe(self, deadline: float | None) -> Subscription | None:
+        """Return a confirmed subscription to the release channel, or None if ``deadline``
+        ran out before Redis confirmed it.
+
+        The subscribe gets the time we have left, not the notifier's own bound: a slow or
+        silent Redis must not hold ``acquire(timeout=1)`` for ten seconds. Running out of our
+        own time is a timeout (False), not a Redis failure.
+        """
+        left = remaining(deadline)
+        if left is not None and left <= 0:
+            return None
+        try:
+            return notifier_for(self._client).subscribe(self._channel, timeout=left)
+        except RedisTimeoutError:
+            left = remaining(deadline)
+            if left is None or left > 0:
+                raise  # Redis failed within our time
+            return None
 
     def _hold(self, token: str, fence: int) -> None:
         with self._state:

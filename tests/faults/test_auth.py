@@ -360,13 +360,9 @@ def refused_subscribes(client: redis_py.Redis) -> int:
 
 
 @pytest.mark.fault("ACL user with no channel rule (Redis 7's acl-pubsub-default: resetchannels)")
-@pytest.mark.xfail(
-    strict=True,
-    reason="DEFECT: a refused SUBSCRIBE drops the listener's connection and it reconnects at once, "
-    "in a tight loop (hundreds of connections a second) while anyone waits",
-)
 def test_acl_user_without_channels_fails_without_a_reconnect_storm(start_redis, settings, figure):
-    """A waiter is still served, and the refused listener backs off (a few attempts a second)."""
+    """A waiter is still served (its refused SUBSCRIBE is a Redis error: ON_REDIS_ERROR), and
+    the listener keeps its connection: no reconnect, no SUBSCRIBE sent again."""
     server, url = start_with_user(start_redis, "resetkeys resetchannels +@all ~*")
     client = admin(server)
     settings.CACHES = user_caches(url)
@@ -392,8 +388,8 @@ def test_acl_user_without_channels_fails_without_a_reconnect_storm(start_redis, 
     figure("loader calls", len(loads))
     assert holder_outcome == ("value", "filled")
     assert waiter_outcome[0] == "value"
-    # The listener's own reconnect back-off (0.05, 0.1, 0.2, 0.5, 1, 2 s) allows about six
-    # attempts in a second; twenty is generous.
+    # One refusal per SUBSCRIBE sent (measured: 1); even a listener that reconnected would be
+    # held to about six a second by its back-off (0.05, 0.1, 0.2, 0.5, 1, 2 s).
     assert refused <= 20
 
 

@@ -9,8 +9,9 @@ proxy (``tests/faults/proxy.py``), with the socket timeouts set in the backing c
                 "OPTIONS": {"socket_timeout": 2, "socket_connect_timeout": 2}}
 
 Without them redis-py 8 waits 5 s for a reply (its default); the library's pub/sub listener
-keeps the connect timeout but reads without one (it blocks until a message comes) and bounds
-its handshake and each subscription's confirmation by ``stampede.io.notify.ACK_TIMEOUT``.
+reads without one (it blocks until a message comes), bounds its connect and handshake by the
+pool's timeouts and by its caller's time left, and each subscription's confirmation by that
+time (``stampede.io.notify.ACK_TIMEOUT`` when the caller gives none).
 
 Loader calls are counted in Redis over a direct connection (``server.url``), so the fault never
 touches the count. Herds are real processes (spawn), each with several threads.
@@ -354,11 +355,6 @@ def test_blackhole_while_waiting_loads_once_per_process(start_redis, proxy_to, s
 
 
 @pytest.mark.fault("new connections blackholed: the pub/sub handshake of a waiter never answered")
-@pytest.mark.xfail(
-    strict=True,
-    reason="DEFECT: the listener's handshake and SUBSCRIBE confirmation wait ACK_TIMEOUT (10 s), "
-    "ignoring WAIT_TIMEOUT and the pool's socket_timeout",
-)
 def test_blackholed_listener_handshake_is_bounded(start_redis, proxy_to, spawn, settings, figure):
     """A waiter whose listener cannot connect returns within WAIT_TIMEOUT + its socket timeout."""
     wait_timeout = 2.0

@@ -558,11 +558,6 @@ def test_with_every_client_slot_taken_calls_fall_back_at_once_and_protection_res
     assert herd.calls[1] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="DEFECT: concurrent first subscribers of a process each open a pub/sub connection;"
-    " under maxclients the extra ones are refused and their waiters fail",
-)
 @pytest.mark.fault(
     "maxclients leaves room for one wake-up listener; 6 threads start waiting at once"
 )

@@ -28,6 +28,7 @@ from stampede.core.envelope import (
     parse_wakeup,
 )
 from stampede.core.flight import (
+    SUBSCRIBE_FLOOR,
     UNREAD,
     Background,
     Clock,
@@ -235,7 +236,7 @@ def failed(exc: BaseException) -> WakeUp:
 
 
 MISS_THEN_WON = [read(MISSING), won()]
-SUBSCRIBED = Step(Subscribe())
+SUBSCRIBED = Step(Subscribe)
 MISS_THEN_LOST = [read(MISSING), lost(2.5), SUBSCRIBED, peek(2.5)]
 UNAVAILABLE = StoreUnavailable(STORE_DOWN)
 
@@ -545,7 +546,7 @@ def test_the_committed_record_carries_its_expiries(value, timeout, options, rand
     [
         ([], Read()),
         (MISS_THEN_LOST[:1], TryLock()),
-        (MISS_THEN_LOST[:2], Subscribe()),
+        (MISS_THEN_LOST[:2], Subscribe(10.0)),
         (MISS_THEN_LOST[:3], Peek()),
         (MISS_THEN_LOST, Wait(2.5)),
         ([*MISS_THEN_LOST, wait(2.5)], Read(primary=True)),
@@ -567,6 +568,22 @@ def test_a_store_failing_at_any_step_of_a_miss_applies_on_redis_error(
         assert run.returned == "uncached"
     else:
         assert run.raised is STORE_DOWN
+
+
+@pytest.mark.parametrize(("spent", "bound"), [(1.0, 2.0), (5.0, SUBSCRIBE_FLOOR)])
+def test_the_subscription_is_bounded_by_what_is_left_of_wait_timeout(spent, bound):
+    clock = FakeClock()
+    options = FillOptions(wait_timeout=3.0)
+    script = [
+        read(MISSING),
+        Step(TryLock(), send=LockAttempt(False, 2.5), advance=spent),
+        Step(Subscribe(bound), throw=UNAVAILABLE),
+        load_unlocked("uncached"),
+    ]
+
+    run = drive(fill("key", 60.0, options, clock.clock), script, clock)
+
+    assert run.returned == "uncached"
 
 
 @pytest.mark.parametrize(("lock_held", "notes"), [(True, []), (False, ["lock_lost"])])
