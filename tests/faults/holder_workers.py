@@ -306,14 +306,25 @@ class Herd:
         self.stop()
 
 
-def peeked(client) -> int:
+def connection_ids(client) -> frozenset[int]:
+    """Return the ids of the connections open on the server now."""
+    return frozenset(int(c["id"]) for c in client.client_list())
+
+
+def peeked(client, older: frozenset[int] = frozenset()) -> int:
     """Return how many connections ran ``PTTL`` last: waiters that have looked at the lock.
 
     A waiter subscribes, then peeks at the lock (``PTTL``), then parks. Once Redis has run
     its ``PTTL`` while the lock was held, a release can no longer slip between its
-    subscription and its parking: it is woken by the release's message.
+    subscription and its parking: it is woken by the release's message. Connections in
+    ``older`` (open before the test: earlier tests' clients on the shared server) are not
+    counted.
     """
-    return sum(1 for c in client.client_list() if c.get("cmd", "").split("|")[0] == "pttl")
+    return sum(
+        1
+        for c in client.client_list()
+        if c.get("cmd", "").split("|")[0] == "pttl" and int(c["id"]) not in older
+    )
 
 
 def loads_per_process(results: list[Result]) -> dict[int, int]:

@@ -24,7 +24,14 @@ import redis as redis_py
 from stampede.core import keys
 from stampede.core.envelope import Failure
 from tests.django import workers
-from tests.faults.holder_workers import Herd, Loader, PubSubGate, loads_per_process, peeked
+from tests.faults.holder_workers import (
+    Herd,
+    Loader,
+    PubSubGate,
+    connection_ids,
+    loads_per_process,
+    peeked,
+)
 from tests.helpers import SPAWN, subscribers, wait_until
 
 KEY = "report:42"
@@ -45,6 +52,16 @@ def blocking_first(url: str | None, **fields: Any) -> Loader:
     return Loader(url=url, block="first", **events, **fields)
 
 
+#: The connections open on the shared server before the current test (see ``peeked``).
+_older: frozenset[int] = frozenset()
+
+
+@pytest.fixture(autouse=True)
+def _note_older_connections(redis):
+    global _older
+    _older = connection_ids(redis)
+
+
 def wait_for_the_whole_herd(herd: Herd, loader: Loader, client, peek: bool = True) -> None:
     """Return once the first loader runs and every other caller waits for it.
 
@@ -58,7 +75,7 @@ def wait_for_the_whole_herd(herd: Herd, loader: Loader, client, peek: bool = Tru
     wait_until(
         lambda: (
             subscribers(client, FULL_KEY) == others
-            and (not peek or peeked(client) == others)
+            and (not peek or peeked(client, _older) == others)
             and herd.all_joined()
         ),
         "every other process waits on the lock and every other caller on its flight",
