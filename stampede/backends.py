@@ -15,6 +15,7 @@ import asyncio
 import functools
 import re
 import sys
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -26,16 +27,21 @@ from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.functional import cached_property
 from django.utils.module_loading import import_string
+from redis.exceptions import RedisError
 
 from . import signals as _signals  # noqa: F401  (herd events become Django signals)
+from .aio import near as async_near
 from .aio.filler import Filler as AsyncFiller
+from .aio.store import RedisStore as AsyncRedisStore
 from .core import options as conf
 from .core.envelope import MISSING, Failure
 from .core.flight import value_of
 from .core.keys import CacheKey
+from .core.near import NearCache, NearOptions
 from .django_internals import BackendStore, async_store_for, is_redis_backend, store_for
 from .fill import local
 from .fill.filler import Filler
+from .fill.near import NearReads
 from .fill.store import RedisStore
 from .lock.mutex import Mutex
 
@@ -51,6 +57,10 @@ _WARNED_KEY = re.compile(r".{251}|.*[\x00-\x20\x7f]", re.DOTALL)
 # Per wrapped alias, full keys that passed its validate_key (bounded sets, cleared when full).
 _valid_keys: dict[str, dict[Any, bool]] = {}
 _VALID_KEYS_MAX = 10_000
+# Per wrapped alias and options, the process's near cache: backend objects are per thread,
+# copies are per process.
+_near_caches: dict[tuple[str, NearOptions], NearCache] = {}
+_near_caches_lock = threading.Lock()
 
 
 def _in_sync_thread(loader: Callable[[], Any]) -> Callable[[], Any]:
@@ -91,16 +101,14 @@ class StampedeCache(BaseCache):
         super().__init__(params)
         options = dict(options)
         self._lock_url = self._check_lock_url(options.pop("LOCK_URL", None))
-        if options.pop("NEAR_CACHE", None) is not None:
-            raise ImproperlyConfigured(
-                "OPTIONS['NEAR_CACHE'] is not available in this version of django-stampede; "
-                "remove it"
-            )
         try:
+            self._near_options = NearOptions.from_setting(options.pop("NEAR_CACHE", None))
             self._options = conf.FillOptions.from_settings(options)
         except (TypeError, ValueError) as exc:
             raise ImproperlyConfigured(f"StampedeCache OPTIONS: {exc}") from exc
         self._location = self._check_location(location, self._lock_url)
+        if self._near_options is not None:
+            self._check_near_cache(self._location, self._near_options)
 
     @staticmethod
     def _check_lock_url(url: Any) -> str | None:
@@ -141,6 +149,23 @@ class StampedeCache(BaseCache):
             )
         return location
 
+    @staticmethod
+    def _check_near_cache(location: str, near: NearOptions) -> None:
+        """Refuse a near cache that Redis could not keep true, when the cache is built."""
+        wrapped = settings.CACHES[location]
+        if not is_redis_backend(import_string(wrapped.get("BACKEND", ""))):
+            raise ImproperlyConfigured(
+                f"StampedeCache OPTIONS['NEAR_CACHE'] needs a Redis cache as LOCATION: copies "
+                f"are kept true by Redis's CLIENT TRACKING, and {location!r} is "
+                f"{wrapped.get('BACKEND')}; remove NEAR_CACHE"
+            )
+        if near.prefix is None and wrapped.get("KEY_FUNCTION") is not None:
+            raise ImproperlyConfigured(
+                f"StampedeCache OPTIONS['NEAR_CACHE'] needs a 'PREFIX': {location!r} has its "
+                "own KEY_FUNCTION, so the start of its keys (which Redis tracks) is unknown; "
+                "set NEAR_CACHE['PREFIX'] to the start every key of that cache has"
+            )
+
     @cached_property
     def _wrapped(self) -> BaseCache:
         return caches[self._location]
@@ -156,7 +181,27 @@ class StampedeCache(BaseCache):
     @cached_property
     def filler(self) -> Filler:
         """The core filler; every thread's backend object of this cache coalesces in one group."""
-        return Filler(self.store, self._options, flights=local.group(self._location))
+        return Filler(
+            self.store, self._options, flights=local.group(self._location), near=self.near
+        )
+
+    @cached_property
+    def near(self) -> NearReads | None:
+        """The process's near cache of this cache (``OPTIONS["NEAR_CACHE"]``), or None."""
+        options = self._near_options
+        if options is None:
+            return None
+        store = self.store
+        assert isinstance(store, RedisStore), "checked when built: the wrapped cache is Redis"
+        # Django's default KEY_FUNCTION: "<KEY_PREFIX>:<VERSION>:<key>".
+        prefix = options.prefix if options.prefix is not None else f"{self.key_prefix}:"
+        with _near_caches_lock:
+            near = _near_caches.get((self._location, options))
+            if near is None:
+                near = _near_caches[(self._location, options)] = NearCache(
+                    options.maxsize, options.ttl
+                )
+        return NearReads(near, store, prefix)
 
     # -- the stampede-safe fill -------------------------------------------------------------
 
@@ -241,7 +286,9 @@ class StampedeCache(BaseCache):
         except KeyError:
             store = async_store_for(self.store)
             filler = (
-                None if store is None else AsyncFiller(store, self._options, flights=self._location)
+                None
+                if store is None
+                else AsyncFiller(store, self._options, flights=self._location, near=self.near)
             )
             self._async_fillers[loop] = filler
             return filler
@@ -351,16 +398,71 @@ class StampedeCache(BaseCache):
         return self._wrapped.make_and_validate_key(key, version=version)
 
     def get(self, key: Any, default: Any = None, version: Any = None) -> Any:
+        near = self.near
+        if near is not None:
+            try:
+                return _unwrap(near.read(self._key(key, version)), default)
+            except RedisError:
+                pass  # the wrapped cache's own way with a Redis error (raise, or ignore)
         return _unwrap(self._wrapped.get(key, MISSING, version=version), default)
 
     async def aget(self, key: Any, default: Any = None, version: Any = None) -> Any:
+        near, store = self._async_near()
+        if near is not None:
+            try:
+                record = await async_near.read(near, store, self._key(key, version))
+                return _unwrap(record, default)
+            except RedisError:
+                pass
         return _unwrap(await self._wrapped.aget(key, MISSING, version=version), default)
 
     def get_many(self, keys: Any, version: Any = None) -> dict[Any, Any]:
+        near = self.near
+        if near is not None:
+            named = self._keys_by_full(keys, version)
+            try:
+                return self._by_key(named, near.read_many(list(named)))
+            except RedisError:
+                pass
         return _unwrap_many(self._wrapped.get_many(keys, version=version))
 
     async def aget_many(self, keys: Any, version: Any = None) -> dict[Any, Any]:
+        near, store = self._async_near()
+        if near is not None:
+            named = self._keys_by_full(keys, version)
+            try:
+                return self._by_key(named, await async_near.read_many(near, store, list(named)))
+            except RedisError:
+                pass
         return _unwrap_many(await self._wrapped.aget_many(keys, version=version))
+
+    def _async_near(self) -> tuple[NearReads | None, Any]:
+        """Return (the near cache, the running loop's store to read Redis through), if any."""
+        near = self.near
+        if near is None:
+            return None, None
+        store = async_store_for(self.store)
+        if not isinstance(store, AsyncRedisStore):  # no asyncio twin (Sentinel): read as before
+            return None, None
+        return near, store
+
+    def _keys_by_full(self, keys: Any, version: Any) -> dict[Any, Any]:
+        return {self._key(key, version).full: key for key in keys}
+
+    @staticmethod
+    def _by_key(named: dict[Any, Any], records: dict[Any, Any]) -> dict[Any, Any]:
+        found = ((key, records.get(full, MISSING)) for full, key in named.items())
+        values = ((key, _unwrap(record, MISSING)) for key, record in found)
+        return {key: value for key, value in values if value is not MISSING}
+
+    def _forget(self, keys: Any, version: Any) -> None:
+        """Drop this process's copies of ``keys`` at once: it has just written them.
+
+        Redis reports the write too, to every process; this one must not wait for it.
+        """
+        near = self.near
+        if near is not None:
+            near.forget([self._wrapped.make_key(key, version=version) for key in keys])
 
     def has_key(self, key: Any, version: Any = None) -> bool:
         return self.get(key, MISSING, version=version) is not MISSING
@@ -371,28 +473,42 @@ class StampedeCache(BaseCache):
     def add(
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
     ) -> bool:
-        return self._wrapped.add(key, value, timeout=timeout, version=version)
+        added = self._wrapped.add(key, value, timeout=timeout, version=version)
+        self._forget([key], version)
+        return added
 
     async def aadd(
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
     ) -> bool:
-        return await self._wrapped.aadd(key, value, timeout=timeout, version=version)
+        added = await self._wrapped.aadd(key, value, timeout=timeout, version=version)
+        self._forget([key], version)
+        return added
 
     def set(self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> Any:
-        return self._wrapped.set(key, value, timeout=timeout, version=version)
+        stored = self._wrapped.set(key, value, timeout=timeout, version=version)
+        self._forget([key], version)
+        return stored
 
     async def aset(
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
     ) -> Any:
-        return await self._wrapped.aset(key, value, timeout=timeout, version=version)
+        stored = await self._wrapped.aset(key, value, timeout=timeout, version=version)
+        self._forget([key], version)
+        return stored
 
     def set_many(self, data: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> list[Any]:
-        return self._wrapped.set_many(data, timeout=timeout, version=version)
+        data = dict(data)
+        failed = self._wrapped.set_many(data, timeout=timeout, version=version)
+        self._forget(data, version)
+        return failed
 
     async def aset_many(
         self, data: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
     ) -> list[Any]:
-        return await self._wrapped.aset_many(data, timeout=timeout, version=version)
+        data = dict(data)
+        failed = await self._wrapped.aset_many(data, timeout=timeout, version=version)
+        self._forget(data, version)
+        return failed
 
     def touch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
         return self._wrapped.touch(key, timeout=timeout, version=version)
@@ -429,27 +545,32 @@ class StampedeCache(BaseCache):
         and a fill of the old one in progress is voided, as :meth:`delete` voids it."""
         moved = self._wrapped.incr_version(key, delta, version=version)
         self._invalidate_fills([key], version)
+        self._forget([key], moved)  # the returned version is the one written
         return moved
 
     async def aincr_version(self, key: Any, delta: int = 1, version: Any = None) -> Any:
         """Async twin of :meth:`incr_version`."""
         moved = await self._wrapped.aincr_version(key, delta, version=version)
         await self._ainvalidate_fills([key], version)
+        self._forget([key], moved)
         return moved
 
     def decr_version(self, key: Any, delta: int = 1, version: Any = None) -> Any:
         """See :meth:`incr_version`."""
         moved = self._wrapped.decr_version(key, delta, version=version)
         self._invalidate_fills([key], version)
+        self._forget([key], moved)  # the returned version is the one written
         return moved
 
     async def adecr_version(self, key: Any, delta: int = 1, version: Any = None) -> Any:
         """Async twin of :meth:`decr_version`."""
         moved = await self._wrapped.adecr_version(key, delta, version=version)
         await self._ainvalidate_fills([key], version)
+        self._forget([key], moved)
         return moved
 
     def _invalidate_fills(self, keys: list[Any], version: Any) -> None:
+        # Also drops this process's copies (the filler's near cache is this cache's).
         self.filler.invalidate(*(self._named_key(key, version) for key in keys))
 
     async def _ainvalidate_fills(self, keys: list[Any], version: Any) -> None:
@@ -458,6 +579,7 @@ class StampedeCache(BaseCache):
             call = functools.partial(self._invalidate_fills, keys, version)
             await sync_to_async(call, thread_sensitive=False)()
             return
+        self._forget(keys, version)
         await store.invalidate([self._named_key(key, version) for key in keys])
 
     def _named_key(self, key: Any, version: Any) -> CacheKey:
@@ -469,22 +591,42 @@ class StampedeCache(BaseCache):
         return CacheKey(self._wrapped.make_key(key, version=version), key, version)
 
     def incr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
-        return self._wrapped.incr(key, delta, version=version)
+        try:
+            return self._wrapped.incr(key, delta, version=version)
+        finally:
+            self._forget([key], version)
 
     async def aincr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
-        return await self._wrapped.aincr(key, delta, version=version)
+        try:
+            return await self._wrapped.aincr(key, delta, version=version)
+        finally:
+            self._forget([key], version)
 
     def decr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
-        return self._wrapped.decr(key, delta, version=version)
+        try:
+            return self._wrapped.decr(key, delta, version=version)
+        finally:
+            self._forget([key], version)
 
     async def adecr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
-        return await self._wrapped.adecr(key, delta, version=version)
+        try:
+            return await self._wrapped.adecr(key, delta, version=version)
+        finally:
+            self._forget([key], version)
 
     def clear(self) -> Any:
-        return self._wrapped.clear()
+        try:
+            return self._wrapped.clear()
+        finally:
+            if self.near is not None:
+                self.near.flush()
 
     async def aclear(self) -> Any:
-        return await self._wrapped.aclear()
+        try:
+            return await self._wrapped.aclear()
+        finally:
+            if self.near is not None:
+                self.near.flush()
 
     def close(self, **kwargs: Any) -> Any:
         return self._wrapped.close(**kwargs)

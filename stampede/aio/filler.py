@@ -15,14 +15,16 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from ..core import flight
-from ..core.envelope import unwrap_private
+from ..core.envelope import MISSING, unwrap_private
 from ..core.flight import SYSTEM_CLOCK, Clock, Verdict, judge, value_of
 from ..core.keys import CacheKey, Name
 from ..core.options import FillOptions
 from ..core.port import AsyncStore
-from ..fill.chain import loading, refuse_reentry
+from ..fill.chain import refuse_reentry
 from ..fill.edge import STORE_ERRORS, unavailable
+from ..fill.near import NearReads, filling
 from . import local
+from . import near as near_reads
 from .driver import run_protocol
 
 
@@ -39,12 +41,16 @@ class Filler:
         *,
         clock: Clock = SYSTEM_CLOCK,
         flights: Hashable | None = None,
+        near: NearReads | None = None,
     ) -> None:
         self.store = store
         self.options = FillOptions() if options is None else options
         self.clock = clock
         # A token of its own, never reused while this filler lives (an id() would be).
         self.flights = object() if flights is None else flights
+        # The near cache is the process's, shared with the sync filler; its misses read
+        # through this filler's store (a RedisStore: near caches exist only over Redis).
+        self.near = near
 
     def __repr__(self) -> str:
         return f"<aio.Filler {self.store!r}>"
@@ -62,6 +68,11 @@ class Filler:
         key = CacheKey.of(key)
         refuse_reentry(key.full)
         options = self.options.replace(**overrides) if overrides else self.options
+        near = self.near
+        if near is not None:
+            copied = near.fresh(key.full, options, self.clock)
+            if copied is not MISSING:
+                return unwrap_private(copied)
         own = False  # True once this caller's own loader made the value (see DontCache)
 
         async def lead(serve: Callable[[Any], None], marking: Callable[[bool], None]) -> Any:
@@ -70,7 +81,10 @@ class Filler:
             own = True
             clock = self.clock
             try:
-                seen = await self.store.read(key)
+                if near is None:
+                    seen = await self.store.read(key)
+                else:
+                    seen = await near_reads.read(near, self.store, key)  # type: ignore[arg-type]
             except STORE_ERRORS as exc:
                 seen = unavailable(exc, key, "Read")
                 verdict = None
@@ -79,7 +93,7 @@ class Filler:
                 if verdict is Verdict.FRESH:
                     return value_of(seen)
             protocol = flight.fill(key.full, timeout, options, clock, seen, verdict)
-            with loading(key.full):
+            with filling(key, near):
                 return await run_protocol(
                     protocol, self.store, key, loader, options.lock_ttl, serve, marking
                 )
@@ -88,13 +102,13 @@ class Filler:
             nonlocal own
             own = True
             protocol = flight.timed_out(key.full, waited, options)
-            with loading(key.full):
+            with filling(key, near):
                 return await run_protocol(protocol, self.store, key, loader, options.lock_ttl)
 
         flights = local.group(self.flights)
         value = await flights.run(key.full, lead, options.wait_timeout, on_follow_timeout)
         if flight.needs_own_load(value, own):
-            with loading(key.full):
+            with filling(key, near):
                 value = await run_protocol(
                     flight.load_own(), self.store, key, loader, options.lock_ttl
                 )
@@ -102,4 +116,7 @@ class Filler:
 
     async def invalidate(self, *keys: CacheKey | Name) -> None:
         """Async twin of :meth:`stampede.fill.filler.Filler.invalidate`."""
-        await self.store.invalidate([CacheKey.of(key) for key in keys])
+        named = [CacheKey.of(key) for key in keys]
+        if self.near is not None:
+            self.near.forget([key.full for key in named])
+        await self.store.invalidate(named)

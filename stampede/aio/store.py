@@ -51,6 +51,13 @@ class RedisStore:
         raw = await self.client.get(key.full)
         return MISSING if raw is None else self.loads(raw)
 
+    async def read_raw(self, full: Any) -> bytes | None:
+        """Async twin of :meth:`stampede.fill.store.RedisStore.read_raw`."""
+        return await self.client.get(full)  # type: ignore[no-any-return]
+
+    async def read_many_raw(self, fulls: Sequence[Any]) -> list[bytes | None]:
+        return await self.client.mget(fulls)  # type: ignore[no-any-return]
+
     def lock(self, key: CacheKey, ttl: float) -> RedisFillLock:
         return RedisFillLock(self, key, ttl)
 

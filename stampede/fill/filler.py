@@ -13,7 +13,10 @@ a bare ``redis.Redis``). It owns the rules around the protocol:
   (``flight.timed_out``) as a waiter on another process's lock. While the leader waits for
   another process, or loads without the lock, its followers wait for its answer (it is
   bounded by ``wait_timeout`` itself; see ``local.follower_wait``);
-- the ``DontCache`` rule: a private result is its loader's caller's alone.
+- the ``DontCache`` rule: a private result is its loader's caller's alone;
+- the near cache, when there is one (``near.py``): a fresh copy in this process is returned
+  before anything else, even coalescing; the first read of a flight reads through it, and a
+  fill by this process drops its copy at once (the drivers' later reads go to Redis).
 
 Usage without Django::
 
@@ -28,15 +31,16 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core import flight
-from ..core.envelope import unwrap_private
+from ..core.envelope import MISSING, unwrap_private
 from ..core.flight import SYSTEM_CLOCK, Clock, Verdict, judge, value_of
 from ..core.keys import CacheKey, Name
 from ..core.options import FillOptions
 from ..core.port import Store
 from . import local
-from .chain import loading, refuse_reentry
+from .chain import refuse_reentry
 from .driver import run_protocol
 from .edge import STORE_ERRORS, unavailable
+from .near import NearReads, filling
 
 
 class Filler:
@@ -49,6 +53,7 @@ class Filler:
         flights: the process's flight group to coalesce in; callers that must coalesce with
             each other (every thread's backend object of one cache) share one. Default: a
             group of this filler's own.
+        near: the near cache in front of ``store`` (``NearReads``), if any.
     """
 
     def __init__(
@@ -58,11 +63,14 @@ class Filler:
         *,
         clock: Clock = SYSTEM_CLOCK,
         flights: local.FlightGroup | None = None,
+        near: NearReads | None = None,
     ) -> None:
         self.store = store
         self.options = FillOptions() if options is None else options
         self.clock = clock
         self.flights = local.FlightGroup() if flights is None else flights
+        self.near = near
+        self._first_read = store.read if near is None else near.read
 
     def __repr__(self) -> str:
         return f"<Filler {self.store!r}>"
@@ -84,6 +92,11 @@ class Filler:
         key = CacheKey.of(key)
         refuse_reentry(key.full)
         options = self.options.replace(**overrides) if overrides else self.options
+        near = self.near
+        if near is not None:
+            copied = near.fresh(key.full, options, self.clock)
+            if copied is not MISSING:
+                return unwrap_private(copied)
         own = False  # True once this caller's own loader made the value (see DontCache)
 
         def lead(serve: Callable[[Any], None], marking: Callable[[bool], None]) -> Any:
@@ -94,7 +107,7 @@ class Filler:
             own = True
             clock = self.clock
             try:
-                seen = self.store.read(key)
+                seen = self._first_read(key)
             except STORE_ERRORS as exc:
                 seen = unavailable(exc, key, "Read")
                 verdict = None
@@ -103,7 +116,7 @@ class Filler:
                 if verdict is Verdict.FRESH:
                     return value_of(seen)
             protocol = flight.fill(key.full, timeout, options, clock, seen, verdict)
-            with loading(key.full):
+            with filling(key, near):
                 return run_protocol(
                     protocol, self.store, key, loader, options.lock_ttl, serve, marking
                 )
@@ -112,16 +125,19 @@ class Filler:
             nonlocal own
             own = True
             protocol = flight.timed_out(key.full, waited, options)
-            with loading(key.full):
+            with filling(key, near):
                 return run_protocol(protocol, self.store, key, loader, options.lock_ttl)
 
         value = self.flights.run(key.full, lead, options.wait_timeout, on_follow_timeout)
         if flight.needs_own_load(value, own):
-            with loading(key.full):
+            with filling(key, near):
                 value = run_protocol(flight.load_own(), self.store, key, loader, options.lock_ttl)
         return unwrap_private(value)
 
     def invalidate(self, *keys: CacheKey | Name) -> None:
         """Void fills of ``keys`` in progress (their values must not be stored) and wake their
         waiters to load afresh. Deleting the values themselves is the caller's business."""
-        self.store.invalidate([CacheKey.of(key) for key in keys])
+        named = [CacheKey.of(key) for key in keys]
+        if self.near is not None:
+            self.near.forget([key.full for key in named])
+        self.store.invalidate(named)

@@ -51,6 +51,13 @@ class RedisStore:
         raw = self._get(key.full)
         return MISSING if raw is None else self.loads(raw)
 
+    def read_raw(self, full: Any) -> bytes | None:
+        """Return the bytes stored at ``full`` (None if absent): what a near cache keeps."""
+        return self._get(full)  # type: ignore[no-any-return]
+
+    def read_many_raw(self, fulls: Sequence[Any]) -> list[bytes | None]:
+        return self.client.mget(fulls)  # type: ignore[no-any-return]
+
     def lock(self, key: CacheKey, ttl: float) -> RedisFillLock:
         return RedisFillLock(self, key, ttl)
 

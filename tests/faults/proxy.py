@@ -8,6 +8,7 @@
         proxy.new_connections = "refuse"     # accept, then reset at once
         proxy.new_connections = "blackhole"  # accept, read and discard, never answer
         proxy.stall(True)            # open connections stop carrying bytes (no FIN, no RST)
+        proxy.stall_where(b"TRACKING")  # only the connections whose client sent that
 
 A "cut" resets both sides (``SO_LINGER`` 0, then close), as a middlebox that drops a
 connection does: the client sees ``ConnectionResetError`` or EOF on its next read, Redis drops
@@ -31,6 +32,7 @@ from typing import Any, Literal
 
 NewConnections = Literal["forward", "refuse", "blackhole"]
 _CHUNK = 65536
+_HEAD = 4096
 _RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 
 
@@ -51,6 +53,9 @@ class _Link:
         self.client = client
         self.upstream: asyncio.StreamWriter | None = None
         self.closed = False
+        self.head = b""  # the first bytes its client sent: what stall_where() looks for
+        self.flowing = asyncio.Event()
+        self.flowing.set()
 
     def cut(self) -> None:
         self.closed = True
@@ -163,6 +168,18 @@ class Proxy:
 
         self._call(switch())
 
+    def stall_where(self, pattern: bytes) -> int:
+        """Stop carrying bytes on the open connections whose client sent ``pattern`` among its
+        first bytes (a silent network fault on one connection); return how many."""
+
+        async def switch() -> int:
+            matching = [link for link in self._links if pattern in link.head]
+            for link in matching:
+                link.flowing.clear()
+            return len(matching)
+
+        return int(self._call(switch()))
+
     def _call(self, coroutine: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=10)
 
@@ -195,18 +212,24 @@ class Proxy:
         if link.closed:  # cut while connecting
             return
         await asyncio.gather(
-            self._pump(link, client_reader, link.upstream),
+            self._pump(link, client_reader, link.upstream, from_client=True),
             self._pump(link, upstream_reader, link.client),
         )
 
     async def _pump(
-        self, link: _Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        link: _Link,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        from_client: bool = False,
     ) -> None:
         try:
             while not link.closed:
                 data = await reader.read(_CHUNK)
                 if not data:
                     break
+                if from_client and len(link.head) < _HEAD:
+                    link.head += data[: _HEAD - len(link.head)]
                 if self.cut_probability and self._random.random() < self.cut_probability:
                     self.cuts += 1
                     break
@@ -214,6 +237,7 @@ class Proxy:
                     await asyncio.sleep(self.latency)
                 assert self._flowing is not None
                 await self._flowing.wait()
+                await link.flowing.wait()
                 if link.closed:
                     break
                 writer.write(data)

@@ -1,0 +1,128 @@
+"""Reads through a near cache (``stampede.core.near``) in front of one ``RedisStore``.
+
+Rule: only what Redis returned is kept, as its bytes, and only by a read that took its stamp
+first (see ``NearCache.admit``). Absent keys are not kept: a flood of unknown keys must not
+push the hot ones out.
+
+Rule: reads of the fill protocol after a wake-up never come here (the drivers read the store),
+so a waiter is never sent back to its loader by a copy whose invalidation is still on its way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from ..core.envelope import MISSING
+from ..core.flight import Clock, Verdict, judge, value_of
+from ..core.keys import CacheKey
+from ..core.near import NearCache
+from ..core.options import FillOptions
+from ..io.tracking import tracker_for
+from .chain import loading
+from .store import RedisStore
+
+
+class NearReads:
+    """A near cache of ``store``'s records under ``prefix``, kept true by Redis's reports."""
+
+    __slots__ = ("_get", "loads", "near", "prefix", "store")
+
+    def __init__(self, near: NearCache, store: RedisStore, prefix: str) -> None:
+        self.near = near
+        self.store = store
+        self.prefix = prefix
+        self.loads = store.loads
+        self._get = store.read_raw
+
+    def __repr__(self) -> str:
+        return f"<NearReads {self.prefix!r} {self.near!r}>"
+
+    def hit(self, full: Any) -> Any:
+        """Return this process's copy of ``full`` (a fresh object), or MISSING."""
+        raw = self.near.lookup(full)
+        return MISSING if raw is None else self.loads(raw)
+
+    def fresh(self, full: Any, options: FillOptions, clock: Clock) -> Any:
+        """Return the value of this process's copy of ``full`` if it is fresh, else MISSING.
+
+        The fillers' first step: a fresh copy needs no coalescing, no Redis, no protocol.
+        """
+        copy = self.hit(full)
+        if copy is not MISSING and judge(copy, clock.wall(), options, clock.random()) is (
+            Verdict.FRESH
+        ):
+            return value_of(copy)
+        return MISSING
+
+    def begin(self) -> int | None:
+        """Return the stamp to take before reading Redis (None: keep nothing; see the rule)."""
+        stamp = self.near.stamp()
+        if stamp is None:
+            # Not armed: a new process (or a forked child) not tracking yet, or a lost
+            # connection. Idempotent and cheap; the tracker arms the cache once Redis confirms.
+            tracker_for(self.store.client).track(self.prefix, self.near)
+        return stamp
+
+    def keep(self, full: Any, raw: bytes | None, stamp: int | None) -> Any:
+        """Keep what Redis returned for ``full`` if it may be kept; return it loaded."""
+        if raw is None:
+            return MISSING
+        self.near.admit(full, raw, stamp)
+        return self.loads(raw)
+
+    def read(self, key: CacheKey) -> Any:
+        """Return the record of ``key``: this process's copy, or Redis's (then kept)."""
+        record = self.hit(key.full)
+        if record is not MISSING:
+            return record
+        stamp = self.begin()
+        return self.keep(key.full, self._get(key.full), stamp)
+
+    def read_many(self, fulls: Sequence[Any]) -> dict[Any, Any]:
+        """Return ``{full key: record}`` of those of ``fulls`` that exist: one ``MGET`` at most."""
+        found, missing = self.split(fulls)
+        if missing:
+            stamp = self.begin()
+            self.keep_many(found, missing, self.store.read_many_raw(missing), stamp)
+        return found
+
+    def split(self, fulls: Sequence[Any]) -> tuple[dict[Any, Any], list[Any]]:
+        """Return (the records of ``fulls`` copied here, the keys to read from Redis)."""
+        found: dict[Any, Any] = {}
+        missing: list[Any] = []
+        for full in fulls:
+            record = self.hit(full)
+            if record is MISSING:
+                missing.append(full)
+            else:
+                found[full] = record
+        return found, missing
+
+    def keep_many(
+        self, found: dict[Any, Any], fulls: list[Any], raws: Sequence[Any], stamp: int | None
+    ) -> None:
+        for full, raw in zip(fulls, raws, strict=True):
+            record = self.keep(full, raw, stamp)
+            if record is not MISSING:
+                found[full] = record
+
+    def forget(self, fulls: Sequence[Any]) -> None:
+        """Drop the copies of ``fulls`` at once: this process wrote or deleted them."""
+        self.near.invalidate(fulls)
+
+    def flush(self) -> None:
+        self.near.flush()
+
+
+@contextmanager
+def filling(key: CacheKey, near: NearReads | None) -> Iterator[None]:
+    """Run one fill of ``key``: its loader may run (no re-entry), and a write may land in
+    Redis, which this process's copy must not outlive (Redis's report may come later)."""
+    try:
+        with loading(key.full):
+            yield
+    finally:
+        if near is not None:
+            near.forget([key.full])

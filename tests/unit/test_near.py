@@ -1,0 +1,109 @@
+"""The near cache's rules without Redis: what a racing read may keep, bounds, and prefixes."""
+
+from __future__ import annotations
+
+import pytest
+
+from stampede.core import near as near_module
+from stampede.core.near import NearCache, NearOptions
+from stampede.io.tracking import covering
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def near():
+    cache = NearCache(100, 1.0)
+    cache.arm()
+    return cache
+
+
+def test_a_read_with_no_invalidation_since_its_stamp_is_kept(near):
+    stamp = near.stamp()
+    near.admit("k", b"v", stamp)
+    assert near.lookup("k") == b"v"
+
+
+def test_a_read_that_raced_an_invalidation_of_its_key_is_not_kept(near):
+    stamp = near.stamp()
+    near.invalidate(["k"])  # the report of a write that may be newer than what was read
+    near.admit("k", b"old", stamp)
+    assert near.lookup("k") is None
+
+
+def test_an_invalidation_of_another_key_does_not_stop_a_read(near):
+    stamp = near.stamp()
+    near.invalidate(["other"])
+    near.admit("k", b"v", stamp)
+    assert near.lookup("k") == b"v"
+
+
+def test_an_invalidation_before_the_stamp_does_not_stop_a_read(near):
+    near.invalidate(["k"])
+    stamp = near.stamp()
+    near.invalidate(["other"])
+    near.admit("k", b"v", stamp)
+    assert near.lookup("k") == b"v"
+
+
+def test_a_read_older_than_the_tombstones_kept_is_not_kept(near):
+    stamp = near.stamp()
+    near.invalidate([f"key{i}" for i in range(near_module.TOMBSTONES + 1)])
+    near.admit("k", b"v", stamp)  # "k" may have been among those forgotten
+    assert near.lookup("k") is None
+
+
+def test_a_flush_stops_every_read_begun_before_it(near):
+    stamp = near.stamp()
+    near.flush()
+    near.admit("k", b"v", stamp)
+    assert near.lookup("k") is None
+    near.admit("k", b"v", near.stamp())
+    assert near.lookup("k") == b"v"
+
+
+def test_nothing_is_kept_while_disarmed(near):
+    near.admit("k", b"v", near.stamp())
+    near.disarm()
+    assert near.lookup("k") is None
+    assert near.stamp() is None
+    near.admit("k", b"v", 10**9)
+    assert near.lookup("k") is None
+    near.arm()
+    assert near.lookup("k") is None  # arming flushes what was kept before
+
+
+def test_copies_live_at_most_ttl_and_maxsize():
+    clock = Clock()
+    near = NearCache(3, 1.0, timer=clock)
+    near.arm()
+    for key in "abcd":
+        near.admit(key, key.encode(), near.stamp())
+    assert len(near) == 3 and near.lookup("a") is None
+    clock.now = 1.01
+    assert near.lookup("d") is None
+
+
+def test_covering_prefixes_never_overlap():
+    nears = {b"a:": {1}, b"a:b:": {2}, b"b:": {3}, b"c:": set()}
+    assert covering(nears) == (b"a:", b"b:")
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [{"MAXSIZE": True, "TTL": 1}, {"MAXSIZE": 1.5, "TTL": 1}, {"MAXSIZE": 1, "TTL": float("nan")}],
+)
+def test_bad_options_are_refused(setting):
+    with pytest.raises((TypeError, ValueError), match="NEAR_CACHE"):
+        NearOptions.from_setting(setting)
+
+
+def test_options():
+    assert NearOptions.from_setting(None) is None
+    assert NearOptions.from_setting({"MAXSIZE": 5, "TTL": 0.5}) == NearOptions(5, 0.5)
