@@ -12,6 +12,7 @@ from __future__ import annotations
 from .bloom import BloomFilter
 from .filler import Filler
 from .mutex import Mutex
+from .redlock import Redlock
 from .store import RedisStore
 
-__all__ = ["BloomFilter", "Filler", "Mutex", "RedisStore"]
+__all__ = ["BloomFilter", "Filler", "Mutex", "RedisStore", "Redlock"]

@@ -146,6 +146,23 @@ return 0
 """,
 )
 
+FENCE_RAISE = Script(
+    "fence_raise",
+    """
+-- KEYS[1] fence key
+-- ARGV[1] fencing token T, ARGV[2] how long the fence key is kept at least, in ms
+-- returns the fence key's value now: max(its value, T)
+-- Redlock's second round: a holder's token is the largest its majority issued, and writing it
+-- back to every server of that majority makes the next holder's INCR on any server of the
+-- intersection (two majorities always share one) exceed it. The key outlives the hold
+-- (ARGV[2]) so that the counter, not the server's clock, orders the next holders.
+local fence = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), tonumber(ARGV[1]))
+local keep = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
+redis.call('SET', KEYS[1], string.format('%.0f', fence), 'PX', keep)
+return fence
+""",
+)
+
 INVALIDATE = Script(
     "invalidate",
     """
@@ -279,6 +296,7 @@ ALL = (
     ACQUIRE,
     RELEASE,
     EXTEND,
+    FENCE_RAISE,
     ACQUIRE_READ,
     COMMIT,
     INVALIDATE,

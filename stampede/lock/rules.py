@@ -6,13 +6,16 @@ change to the locking rules is made once and cannot drift between them.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple
 
-from ..core import keys
+from ..core import events, keys
 from ..core import options as conf
 from ..exceptions import LockLost, LockTimeout
+
+logger = logging.getLogger(__name__)
 
 #: Payload published by a plain release; the fill protocol publishes its own outcome instead.
 RELEASED = b"released"
@@ -38,6 +41,24 @@ class HoldContext:
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         released = self.release()  # type: ignore[attr-defined]
+        if not released and exc_type is None:
+            raise LockLost(self.name)
+
+
+class AsyncHoldContext:
+    """Async twin of :class:`HoldContext`: ``async with holder:``."""
+
+    name: Any
+    timeout: float | None
+
+    async def __aenter__(self) -> Any:
+        started = time.monotonic()
+        if not await self.acquire(timeout=self.timeout):  # type: ignore[attr-defined]
+            raise LockTimeout(self.name, time.monotonic() - started)
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        released = await self.release()  # type: ignore[attr-defined]
         if not released and exc_type is None:
             raise LockLost(self.name)
 
@@ -153,3 +174,166 @@ def park_time(left: float | None, holder_ttl_ms: int) -> float | None:
     if until_expiry is None:
         return left
     return min(left, until_expiry)
+
+
+# -- Redlock: the quorum rules of stampede.lock.redlock and its asyncio twin --------------------
+
+#: Clock drift allowed for between the servers and us: this share of the ttl, plus
+#: CLOCK_DRIFT_FLOOR for the millisecond resolution of Redis's expiry clock (the Redlock docs).
+CLOCK_DRIFT = 0.01
+CLOCK_DRIFT_FLOOR = 0.002
+#: Seconds each server keeps a Redlock's fence counter after the last hold (FENCE_RAISE).
+FENCE_RETENTION = 24 * 3600.0
+#: The longest a server may take to answer before it counts as refusing, when not given.
+SERVER_TIMEOUT = 0.05
+#: Bounds of the random pause before a Redlock tries again after a split or short vote.
+RETRY_DELAY = (0.05, 0.2)
+
+
+class Vote(NamedTuple):
+    """What one Redlock vote came to (one acquire round over every server, and its fences)."""
+
+    #: A majority said yes, took the fence, and the lock is still valid.
+    won: bool
+    #: The fencing token: the largest the majority issued (0 when not fencing or not won).
+    fence: int
+    #: ``time.monotonic()`` until which the hold is valid, by our clock (see ``validity``).
+    valid_until: float
+    #: How many servers said yes (a lost vote has already released them again).
+    yes: int
+    #: The other holders' remaining TTLs in ms on the servers that said no (ACQUIRE's PTTL).
+    holder_ttls_ms: tuple[int, ...]
+
+
+#: The outcome of a vote never held (no turn, or no time left).
+NO_VOTE = Vote(False, 0, 0.0, 0, ())
+
+
+class RedlockBase(MutexBase):
+    """State and arguments of one would-be holder of a Redlock over ``clients``' servers."""
+
+    def __init__(
+        self,
+        clients: Iterable[Any],
+        name: str | bytes,
+        ttl: float = 30.0,
+        auto_renew: bool = False,
+        *,
+        timeout: float | None = None,
+        on_lost: Callable[[Any], object] | None = None,
+        fencing: bool = True,
+        retry_delay: float | tuple[float, float] = RETRY_DELAY,
+        server_timeout: float | None = None,
+    ) -> None:
+        if hasattr(clients, "execute_command"):
+            raise TypeError(f"clients must be a list of clients, one per server; got {clients!r}")
+        servers = tuple(clients)
+        if not servers:
+            raise ValueError("clients must hold at least one client (one per server); got none")
+        super().__init__(
+            servers[0], name, ttl, auto_renew, timeout=timeout, on_lost=on_lost, fencing=fencing
+        )
+        self.clients = servers
+        #: How many servers make a majority.
+        self.quorum = quorum(len(servers))
+        self.retry_delay = redlock_retry_delay(retry_delay)
+        self.server_timeout = redlock_server_timeout(self.ttl, server_timeout)
+        self._valid_until: float | None = None
+
+    @property
+    def validity(self) -> float | None:
+        """Seconds the current hold is still valid for by our clock (<= 0: past it), or None."""
+        if self._token is None or self._valid_until is None:
+            return None
+        return self._valid_until - time.monotonic()
+
+    def _free_in(self, vote: Vote) -> float | None:
+        """Seconds until enough holders' keys expire for a majority; None if unknown."""
+        free_in = None if vote.yes else quorum_free_in_ms(vote.holder_ttls_ms, 0, self.quorum)
+        return None if free_in is None else free_in / 1000
+
+
+def quorum(servers: int) -> int:
+    """Return how many of ``servers`` make a majority: any two majorities share a server."""
+    return servers // 2 + 1
+
+
+def validity(ttl: float, elapsed: float) -> float:
+    """Return the seconds a Redlock won after ``elapsed`` seconds of voting is still valid for.
+
+    Each server counts the ttl from the moment it said yes, the earliest of them at the start
+    of the vote; and clocks drift, so a share of the ttl is kept back (``CLOCK_DRIFT``).
+    """
+    return ttl - elapsed - (ttl * CLOCK_DRIFT + CLOCK_DRIFT_FLOOR)
+
+
+def redlock_server_timeout(ttl: float, value: Any) -> float:
+    """Return the per-server answer bound: ``value``, or SERVER_TIMEOUT (a tenth of ``ttl``
+    if shorter) when None. A server slower than that must not eat the lock's validity."""
+    if value is None:
+        return min(SERVER_TIMEOUT, ttl / 10)
+    return conf.seconds("server_timeout", value)
+
+
+def redlock_retry_delay(value: Any) -> tuple[float, float]:
+    """Return ``value`` as (shortest, longest) seconds of the random pause between votes."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = (value, value)
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise TypeError(f"retry_delay must be seconds or a (min, max) pair; got {value!r}")
+    low = conf.seconds("retry_delay", value[0], allow_zero=True)
+    high = conf.seconds("retry_delay", value[1], allow_zero=True)
+    if low > high:
+        raise ValueError(f"retry_delay must be (min, max) with min <= max; got {value!r}")
+    return low, high
+
+
+def quorum_free_in_ms(holder_ttls_ms: Sequence[int], free: int, needed: int) -> int | None:
+    """Return the ms until ``needed`` servers could say yes, or None if expiry will not do it.
+
+    ``free`` servers could say yes now; ``holder_ttls_ms`` are the other holders' remaining
+    TTLs on the servers that refused (PTTL: -2 the key vanished meanwhile, -1 no expiry).
+    None when too few servers answered (or their keys never expire): only a release helps.
+    """
+    free += sum(1 for ttl in holder_ttls_ms if ttl == -2)
+    if free >= needed:
+        return 0
+    expiring = sorted(ttl for ttl in holder_ttls_ms if ttl >= 0)
+    missing = needed - free
+    if len(expiring) < missing:
+        return None
+    return expiring[missing - 1]
+
+
+def announce_lost(holder: Any) -> None:
+    """Tell the world that ``holder`` lost its lock: log, the ``lock_lost`` event, ``on_lost``.
+
+    The caller has just set ``holder.lost`` (once); ``on_lost`` raising is logged, not raised,
+    since it runs on the renewal thread or task, where nobody would catch it.
+    """
+    logger.warning("stampede: lock %r was lost while held", holder.name)
+    events.emit("lock_lost", key=holder.name)
+    if holder.on_lost is not None:
+        try:
+            holder.on_lost(holder)
+        except Exception:
+            logger.exception("stampede: on_lost callback of lock %r raised", holder.name)
+
+
+def redlock_park(
+    vote: Vote, needed: int, left: float | None, pause: float, subscribed: bool
+) -> tuple[float, bool]:
+    """Return (seconds to park after the lost ``vote``, whether a release may end it early).
+
+    Lost to a holder with a majority: park until a release is published or until enough of
+    its keys expire (``quorum_free_in_ms``), as the Mutex does. A split vote (we won some
+    servers, another contender the rest), too few servers answering, or no subscription:
+    Redlock's random ``pause``, which desynchronises contenders who would split again.
+    """
+    free_in = None if vote.yes else quorum_free_in_ms(vote.holder_ttls_ms, 0, needed)
+    if free_in is not None and subscribed:
+        seconds = park_time(left, holder_ttl_ms=free_in if free_in > 0 else -2)
+        return (0.0 if seconds is None else seconds), True
+    if free_in is not None:
+        pause = min(pause, free_in / 1000 + _EXPIRY_MARGIN)
+    return (pause if left is None else max(min(pause, left), 0.0)), False

@@ -30,6 +30,7 @@ FORBIDDEN = {
     "stampede.lock.mutex": ("django", "celery"),
     "stampede.lock.guard": ("django", "celery"),
     "stampede.bloom": ("django", "celery"),
+    "stampede.contrib.zookeeper": ("redis", "django", "celery"),
     "stampede.aio": ("django", "celery"),
     # The Celery adapter reaches Django only through stampede.django_internals, and only when
     # asked for its lock client. (Celery's kombu imports django.utils itself when installed.)

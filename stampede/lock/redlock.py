@@ -1,0 +1,418 @@
+"""Redlock: one lock over N independent Redis servers, held while a majority of them agrees.
+
+Each server runs the Mutex's own scripts on the Mutex's own keys: ``ACQUIRE`` (``SET NX PX`` plus
+the fence ``INCR``), ``COMPARE_PEXPIRE`` to extend, ``RELEASE`` (compare-and-delete, then
+``PUBLISH`` on the done channel). What is added is the vote: a lock is ours when a majority
+(``N // 2 + 1``) said yes within its validity, and ``FENCE_RAISE``, which writes the token back
+to that majority so that tokens keep increasing whichever majority the next holder wins.
+
+Rule: every server gets ``server_timeout`` to answer, no more (a pool of its own, one attempt
+per command); a server that fails or is slow counts as a "no", never as an error.
+
+Rule: a blocked acquirer never sleep-polls while a holder has the majority. It subscribes
+(confirmed) before voting again, and parks until a release is published or until enough of the
+holder's keys expire. Only a split vote, or too few servers answering, waits Redlock's random
+pause instead: contenders who split a vote would split the next one too if woken together.
+
+Rule: the lock's life is kept by the servers (``PX``); our validity uses ``time.monotonic()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import secrets
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+from redis.retry import Retry
+
+from ..core import options as conf
+from ..io import scripts
+from ..io.clients import connection_pool_of
+from ..io.notify import Subscription, notifier_for
+from . import rules, watchdog
+from .mutex import _local_turn
+from .rules import (
+    NO_VOTE,
+    RELEASED,
+    RETRY_DELAY,
+    HoldContext,
+    RedlockBase,
+    Vote,
+    attempt_result,
+    deadline_after,
+    owned_by,
+    remaining,
+)
+
+logger = logging.getLogger(__name__)
+
+# A subscribe is a connect, a handshake and a confirmation: this many server timeouts.
+_SUBSCRIBE_ROUND_TRIPS = 3
+
+
+class Redlock(HoldContext, RedlockBase):
+    """A lock on ``name`` held by whoever wins a majority of ``clients``' independent servers.
+
+    The interface is :class:`stampede.Mutex`'s: one object per would-be holder, not
+    reentrant, ``with redlock:`` raising :class:`LockTimeout`, ``fencing_token``,
+    ``auto_renew`` (a majority extended every ``ttl / 3``; ``on_lost`` when it cannot be).
+
+    Guarantees:
+        * Mutual exclusion while the servers keep their data and clocks: a hold needs a
+          majority, two majorities share a server, and that server refuses the second holder
+          until the first releases or its key expires. Up to ``(N - 1) // 2`` servers may be
+          down, stopped or unreachable: acquires still succeed.
+        * ``acquire`` returns True only within the validity: ``ttl`` minus the time the vote
+          took minus the allowed clock drift (1 % of ``ttl`` + 2 ms); ``validity`` says how
+          much of it is left. A vote that loses releases whatever it won, token-safely.
+        * Fencing tokens strictly increase across holders, whichever majority each one won:
+          the token is the largest fence its majority issued, written back to a majority
+          before ``acquire`` returns, and the next majority shares a server with it. Each
+          server keeps the counter 24 hours after the last hold (``FENCE_RETENTION``); then it
+          restarts from the server's clock in microseconds, which is still larger unless the
+          servers' clocks differ by more than that. (An acquirer that dies between its two
+          rounds leaves a counter kept only ``ttl``: then the clocks must agree within ``ttl``.)
+        * ``release`` and ``extend`` are token-safe on every server: they never touch a lock
+          that another holder has taken since.
+
+    Not guaranteed:
+        * Safety past the validity. A holder paused (GC, swap, a stopped VM) or slowed beyond
+          it may still believe it holds the lock while another does; clocks that jump (an NTP
+          step, a VM resumed) or run faster than the allowed drift expire keys early. This is
+          Kleppmann's objection to Redlock, and antirez's answer: check ``validity`` before
+          acting, and pass ``fencing_token`` to the resource so it refuses older tokens.
+        * A server restarted without persistence (or failed over to a replica that missed the
+          write) forgets the lock and the fence: another holder can then win a majority while
+          the first still holds. Restart a server only after ``ttl`` has passed (delayed
+          restarts), or run it with ``appendfsync always``.
+        * Fairness or FIFO order among waiters.
+
+    Args:
+        clients: one client per independent server (``redis.Redis``; not a cluster): at
+            least one, usually 3 or 5.
+        name: the lock's name; the keys on each server are those of ``Mutex(name)``.
+        ttl: seconds the lock lives unless extended; a crashed holder blocks others this long.
+        auto_renew: extend the lock on a majority every ``ttl / 3`` while held.
+        timeout: how long ``with redlock:`` waits before raising ``LockTimeout``.
+        on_lost: called with this lock when a renewal cannot extend a majority.
+        fencing: issue a fencing token (two rounds per acquire); False saves the second.
+        retry_delay: (min, max) seconds of the random pause after a split or short vote.
+        server_timeout: seconds each server gets to answer each command; default 50 ms, or a
+            tenth of ``ttl`` if shorter, so that N slow servers cannot eat the validity.
+    """
+
+    def __init__(
+        self,
+        clients: Iterable[Any],
+        name: str | bytes,
+        ttl: float = 30.0,
+        auto_renew: bool = False,
+        *,
+        timeout: float | None = None,
+        on_lost: Callable[[Redlock], object] | None = None,
+        fencing: bool = True,
+        retry_delay: float | tuple[float, float] = RETRY_DELAY,
+        server_timeout: float | None = None,
+    ) -> None:
+        super().__init__(
+            clients,
+            name,
+            ttl,
+            auto_renew,
+            timeout=timeout,
+            on_lost=on_lost,
+            fencing=fencing,
+            retry_delay=retry_delay,
+            server_timeout=server_timeout,
+        )
+        self._quick = tuple(_quick_client(client, self.server_timeout) for client in self.clients)
+        # Guards _token against the watchdog thread: a renewal must not run after release.
+        self._state = threading.Lock()
+        self._renewal: watchdog.Renewal | None = None
+
+    # -- acquire ----------------------------------------------------------------------------
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        """Return True once a majority is ours, False if ``timeout`` (or non-blocking) ran out.
+
+        Raises:
+            ValueError: a negative ``timeout``, or a ``timeout`` with ``blocking=False``.
+            RuntimeError: this object already holds the lock.
+        """
+        timeout = self._check_acquire(blocking, timeout)
+        deadline = deadline_after(timeout)
+        token = secrets.token_hex(16)
+        vote = self._vote(token)
+        if not vote.won and blocking:
+            vote = self._wait_and_vote(token, deadline)
+        if vote.won:
+            self._hold(token, vote)
+        return vote.won
+
+    def attempt(self) -> tuple[bool, float | None]:
+        """Make one vote; return (acquired, seconds until enough holders' keys expire).
+
+        The seconds are None when unknown: a split vote, or too few servers answered.
+        """
+        self._check_not_held()
+        token = secrets.token_hex(16)
+        vote = self._vote(token)
+        if vote.won:
+            self._hold(token, vote)
+            return True, None
+        return False, self._free_in(vote)
+
+    def _vote(self, token: str) -> Vote:
+        """Ask every server for the lock; keep it only if a majority said yes in time."""
+        started = time.monotonic()
+        keys, args = self._acquire_keys_args(token)
+        replies = self._ask(lambda server: scripts.run(server, scripts.ACQUIRE, keys, args))
+        answers = [None if reply is None else attempt_result(reply) for reply in replies]
+        yes = [index for index, answer in enumerate(answers) if answer and answer[0]]
+        refused = {index for index, answer in enumerate(answers) if answer and not answer[0]}
+        fence, fenced = self._raise_fences(answers, yes)
+        valid_for = rules.validity(self.ttl, time.monotonic() - started)
+        won = len(yes) >= self.quorum and fenced >= self.quorum and valid_for > 0
+        if not won and len(refused) < len(answers):
+            # A server that timed out may still have set our key: a lost vote releases
+            # everywhere but where another holder said no, token-safely, so that it does not
+            # stand in the way of the next vote.
+            self._release_on([i for i in range(len(answers)) if i not in refused], token)
+        holder_ttls = tuple(answer[1] for answer in answers if answer and not answer[0])
+        return Vote(won, fence if won else 0, started + valid_for, len(yes), holder_ttls)
+
+    def _raise_fences(
+        self, answers: list[tuple[bool, int] | None], yes: list[int]
+    ) -> tuple[int, int]:
+        """Write the largest fence the servers at ``yes`` issued back to them; return (it, on
+        how many servers the fence is now at least that).
+
+        Done on a lost vote too, since ACQUIRE shortened the counter's life to ``ttl``. A
+        server that said no takes nothing: its counter is another holder's to raise.
+        """
+        if not self.fencing or not yes:
+            return 0, len(yes)
+        fence = max(answer[1] for answer in answers if answer and answer[0])
+        args = (fence, conf.to_ms(rules.FENCE_RETENTION))
+        replies = self._ask(
+            lambda server: scripts.run(server, scripts.FENCE_RAISE, (self._fence_key,), args),
+            yes,
+        )
+        return fence, sum(1 for reply in replies if reply is not None and int(reply) >= fence)
+
+    def _wait_and_vote(self, token: str, deadline: float | None) -> Vote:
+        with _local_turn(self._client, self._lock_key, deadline) as our_turn:
+            if not our_turn:
+                return NO_VOTE
+            # Subscribed (and confirmed) before the next vote, so a release in between is a
+            # message we will receive, not one we missed.
+            subscription = self._subscribe(deadline)
+            try:
+                while True:
+                    vote = self._vote(token)
+                    left = remaining(deadline)
+                    if vote.won or (left is not None and left <= 0):
+                        return vote
+                    self._park(subscription, vote, left)
+            finally:
+                if subscription is not None:
+                    subscription.close()
+
+    def _park(self, subscription: Subscription | None, vote: Vote, left: float | None) -> None:
+        pause = random.uniform(*self.retry_delay)
+        seconds, on_release = rules.redlock_park(
+            vote, self.quorum, left, pause, subscribed=subscription is not None
+        )
+        if on_release and subscription is not None:
+            subscription.wait(seconds)
+        else:
+            time.sleep(seconds)  # Redlock's random pause: see the module docstring
+
+    def _subscribe(self, deadline: float | None) -> Subscription | None:
+        """Return a confirmed subscription to the release channel on the first server that
+        gives one in time, or None if none does before ``deadline``.
+
+        One is enough: every release is published on every server (a failed vote's too), and
+        a subscription whose connection breaks wakes its waiter, who votes again.
+        """
+        for client in self.clients:
+            left = remaining(deadline)
+            if left is not None and left <= 0:
+                return None
+            bound = self.server_timeout * _SUBSCRIBE_ROUND_TRIPS
+            try:
+                return notifier_for(client).subscribe(
+                    self._channel, timeout=bound if left is None else min(left, bound)
+                )
+            except (RedisError, OSError) as exc:
+                logger.debug("stampede: no release channel of %r on %r: %s", self.name, client, exc)
+        return None
+
+    def _hold(self, token: str, vote: Vote) -> None:
+        with self._state:
+            self._held(token, vote.fence)
+            self._valid_until = vote.valid_until
+            if self.auto_renew:
+                self._renewal = watchdog.schedule(self._renew, self.ttl / 3)
+
+    # -- while held -------------------------------------------------------------------------
+
+    def extend(self, ttl: float | None = None) -> bool:
+        """Return True if a majority extended our lock to ``ttl`` (default: its ttl) in time.
+
+        False means too few servers still hold our token; ``lost`` becomes True.
+        """
+        ttl = self.ttl if ttl is None else conf.seconds("ttl", ttl)
+        with self._state:
+            extended = self._run_extend(self._require_token("extend"), ttl)
+        if not extended:
+            self._report_lost()
+        return extended
+
+    def _run_extend(self, token: str, ttl: float) -> bool:
+        started = time.monotonic()
+        args = (token, conf.to_ms(ttl))
+        replies = self._ask(
+            lambda server: scripts.run(server, scripts.COMPARE_PEXPIRE, (self._lock_key,), args)
+        )
+        valid_for = rules.validity(ttl, time.monotonic() - started)
+        if sum(1 for reply in replies if reply == 1) < self.quorum or valid_for <= 0:
+            return False
+        self._valid_until = started + valid_for
+        return True
+
+    def _renew(self) -> bool:
+        """Watchdog callback: extend while held; stop at release or when a majority is gone."""
+        with self._state:
+            if self._token is None:
+                return False
+            extended = self._run_extend(self._token, self.ttl)
+        if not extended:
+            self._report_lost()
+        return extended
+
+    def _report_lost(self) -> None:
+        with self._state:
+            if self.lost:
+                return
+            self.lost = True
+        rules.announce_lost(self)
+
+    def locked(self) -> bool:
+        """Return True if a majority of the servers hold a lock on the name (anyone's)."""
+        replies = self._ask(lambda server: server.exists(self._lock_key))
+        return sum(1 for reply in replies if reply) >= self.quorum
+
+    def owned(self) -> bool:
+        """Return True if a majority of the servers hold this object's token now."""
+        token = self._token
+        if token is None:
+            return False
+        replies = self._ask(lambda server: server.get(self._lock_key))
+        return sum(1 for reply in replies if owned_by(reply, token)) >= self.quorum
+
+    # -- release ----------------------------------------------------------------------------
+
+    def release(self, *, message: bytes = RELEASED) -> bool:
+        """Return True if a majority still held our token (now released on every server).
+
+        A server where another holder took over is left alone. ``message`` is what the
+        waiters are told.
+
+        Raises:
+            RuntimeError: this object does not hold the lock.
+        """
+        with self._state:
+            token = self._require_token("release")
+            self._token = None
+            if self._renewal is not None:
+                self._renewal.cancel()
+                self._renewal = None
+        released = self._release_on(range(len(self.clients)), token, message) >= self.quorum
+        if not released:
+            self._report_lost()
+        return released
+
+    def _release_on(self, indexes: Iterable[int], token: str, message: bytes = RELEASED) -> int:
+        """Release our token on the servers at ``indexes``; return on how many it was ours."""
+        keys, args = self._release_keys_args(token, message)
+        replies = self._ask(
+            lambda server: scripts.run(server, scripts.RELEASE, keys, args), indexes
+        )
+        return sum(1 for reply in replies if reply == 1)
+
+    # -- the servers ------------------------------------------------------------------------
+
+    def _ask(self, call: Callable[[Any], Any], indexes: Iterable[int] | None = None) -> list[Any]:
+        """Return ``call(server)`` for each server (all, or those at ``indexes``), in order;
+        None where the server failed or was slower than ``server_timeout``.
+
+        The one place where Redis errors are caught: to a quorum, a server that fails is a
+        server that said no. One after the other: a vote costs N short round trips, and a
+        slow server at most ``server_timeout``.
+        """
+        chosen = range(len(self._quick)) if indexes is None else indexes
+        replies = []
+        for index in chosen:
+            try:
+                replies.append(call(self._quick[index]))
+            except (RedisError, OSError) as exc:
+                logger.debug("stampede: Redlock %r: server %d failed: %s", self.name, index, exc)
+                replies.append(None)
+        return replies
+
+
+# -- a client per server whose commands give up after server_timeout -----------------------------
+
+_quick: weakref.WeakKeyDictionary[Any, dict[float, Any]] = weakref.WeakKeyDictionary()
+_quick_lock = threading.Lock()
+
+
+def _quick_client(client: Any, seconds: float) -> Any:
+    """Return this process's client of ``client``'s server that waits ``seconds`` per command.
+
+    A pool of its own per pool and bound, made once: a short socket timeout on the user's own
+    pool would cut their other commands short. One attempt per command: redis-py 8 retries a
+    timed-out command three times with a back-off, which would turn 50 ms into seconds. A
+    pool that cannot be copied (Sentinel, cluster) is used as it is, with its own timeouts.
+    """
+    pool = connection_pool_of(client)
+    if type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
+        return client
+    with _quick_lock:
+        per_bound = _quick.setdefault(pool, {})
+        quick = per_bound.get(seconds)
+        if quick is None:
+            kwargs = _quick_kwargs(pool.connection_kwargs, seconds)
+            copy = type(pool)(
+                connection_class=pool.connection_class,
+                max_connections=pool.max_connections,
+                **kwargs,
+            )
+            quick = per_bound[seconds] = redis.Redis(connection_pool=copy)
+        return quick
+
+
+def _quick_kwargs(kwargs: dict[str, Any], seconds: float) -> dict[str, Any]:
+    kwargs = dict(kwargs)
+    for name in (
+        "socket_timeout",
+        "socket_connect_timeout",
+        "orig_socket_timeout",
+        "orig_socket_connect_timeout",
+    ):
+        kwargs[name] = seconds
+    # redis-py 8's maintenance handler belongs to the user's pool; it is not ours to share.
+    kwargs.pop("maint_notifications_pool_handler", None)
+    if "maint_notifications_config" in kwargs:
+        kwargs["maint_notifications_config"] = None
+    kwargs.update(retry=Retry(NoBackoff(), 0), retry_on_timeout=False, retry_on_error=[])
+    return kwargs

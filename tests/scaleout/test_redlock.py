@@ -1,0 +1,468 @@
+"""Redlock over five real redis-servers: exclusion, quorum loss, fences, token safety, renewal,
+wake-ups, in both the sync and the asyncio flavour.
+
+Servers are stopped for real: terminated (``down``: refused at once) or frozen with SIGSTOP
+(``freeze``: connections hang, as with a hung or partitioned server). Every claim is checked by
+counts (counters, tokens, keys, INFO commandstats); wall time only bounds hangs, generously.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import threading
+import time
+
+import pytest
+import redis as redis_py
+import redis.asyncio
+
+from stampede import LockLost, LockTimeout, Redlock
+from stampede.aio import Redlock as AsyncRedlock
+from stampede.core.keys import done_channel, fence_key, lock_key
+from stampede.lock import redlock as sync_module
+from tests.helpers import numsub, run_concurrently, wait_until
+from tests.scaleout import redlock_workers
+from tests.scaleout.conftest import unreachable_url
+
+# Room for a loaded machine: never a tight wall-clock window.
+SLACK = 1.5
+
+
+def holders_of(quorum, name) -> list[bytes | None]:
+    """Return the lock key's value on each server that is up (None where none)."""
+    return [
+        client.get(lock_key(name))
+        for index, client in enumerate(quorum.clients)
+        if index not in quorum.frozen and index not in quorum.downed
+    ]
+
+
+def evalsha_calls(client) -> int:
+    stats = client.info("commandstats")
+    return sum(int(stats[name]["calls"]) for name in stats if name.startswith("cmdstat_eval"))
+
+
+# -- 1. mutual exclusion across processes ---------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_racy_increments_from_4_processes_are_exact_with_all_5_servers_up(quorum):
+    processes, threads, times = 4, 4, 15
+    results = run_concurrently(
+        redlock_workers.increment_counter,
+        processes,
+        threads,
+        quorum.urls,
+        quorum.urls[0],
+        "counter-lock",
+        times,
+        timeout=240,
+    )
+    assert results == [("ok", times)] * (processes * threads)
+    counter = quorum.clients[0]
+    assert int(counter.get("counter")) == processes * threads * times == 240
+    fences = [int(token) for token in counter.lrange("fences", 0, -1)]
+    assert len(fences) == 240
+    assert all(earlier < later for earlier, later in itertools.pairwise(fences))
+    assert holders_of(quorum, "counter-lock") == [None] * 5
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_racy_increments_stay_exact_with_2_of_5_servers_stopped(quorum):
+    quorum.down(0, 3)  # the first server too: waiters must subscribe elsewhere
+    processes, threads, times = 4, 4, 15
+    results = run_concurrently(
+        redlock_workers.increment_counter,
+        processes,
+        threads,
+        quorum.urls,
+        quorum.urls[1],
+        "counter-lock",
+        times,
+        timeout=240,
+    )
+    assert results == [("ok", times)] * (processes * threads)
+    counter = quorum.clients[1]
+    assert int(counter.get("counter")) == 240
+    fences = [int(token) for token in counter.lrange("fences", 0, -1)]
+    assert all(earlier < later for earlier, later in itertools.pairwise(fences))
+    assert holders_of(quorum, "counter-lock") == [None] * 3
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_async_tasks_in_3_processes_never_overlap_and_fences_increase(quorum):
+    quorum.freeze(4)  # one hung server: every call to it ends by server_timeout
+    results = run_concurrently(
+        redlock_workers.async_increments, 3, 1, quorum.urls, quorum.urls[0], "aio-lock", 4, 10
+    )
+    assert results == [("ok", 40)] * 3
+    counter = quorum.clients[0]
+    assert int(counter.get("counter")) == 120
+    fences = [int(token) for token in counter.lrange("fences", 0, -1)]
+    assert len(fences) == 120
+    assert all(earlier < later for earlier, later in itertools.pairwise(fences))
+
+
+# -- 2. quorum lost -------------------------------------------------------------------------
+
+
+def test_with_3_of_5_servers_hung_acquire_returns_false_in_time_and_leaves_no_key(quorum):
+    quorum.freeze(0, 1, 2)
+    lock = Redlock(quorum.clients, "no-quorum", ttl=30)
+    started = time.monotonic()
+    assert lock.acquire(timeout=1.0) is False
+    assert time.monotonic() - started < 1.0 + SLACK
+    assert lock.acquire(blocking=False) is False
+    assert lock.fencing_token is None
+    assert holders_of(quorum, "no-quorum") == [None, None]
+    with pytest.raises(LockTimeout) as caught, Redlock(quorum.clients, "no-quorum", timeout=0.3):
+        pass
+    assert caught.value.name == "no-quorum"
+
+
+def test_with_3_of_5_servers_down_acquire_returns_false_in_time_and_leaves_no_key(quorum):
+    quorum.down(1, 2, 4)
+    lock = Redlock(quorum.clients, "no-quorum", ttl=30)
+    started = time.monotonic()
+    assert lock.acquire(timeout=1.0) is False
+    assert time.monotonic() - started < 1.0 + SLACK
+    assert holders_of(quorum, "no-quorum") == [None, None]
+
+
+def test_a_hung_server_costs_a_vote_no_more_than_its_server_timeout(quorum):
+    quorum.freeze(0, 1)
+    lock = Redlock(quorum.clients, "hung", ttl=30, server_timeout=0.1)
+    started = time.monotonic()
+    assert lock.acquire(blocking=False) is True
+    assert time.monotonic() - started < 0.5 + SLACK
+    assert 0 < lock.validity < 30
+    assert holders_of(quorum, "hung") == [lock.token.encode()] * 3
+    assert lock.release() is True
+    assert holders_of(quorum, "hung") == [None] * 3
+
+
+# -- 3. fencing tokens across different majorities ------------------------------------------
+
+
+def test_fencing_tokens_strictly_increase_when_successive_majorities_differ(quorum):
+    name = "fenced"
+    # Server 0's counter is far ahead of the others' clocks (as after many holds, or a clock
+    # ahead): only the write-back to each majority keeps the next majority's tokens above it.
+    seeded = int(time.time() * 1e6) + 10**12
+    quorum.clients[0].set(fence_key(name), seeded)
+    dead = unreachable_url()
+    tokens = []
+    for majority in [(0, 1, 2), (2, 3, 4), (1, 3, 4), (0, 3, 4), (1, 2, 4), (0, 2, 3)]:
+        clients = [
+            quorum.clients[i] if i in majority else redis_py.Redis.from_url(dead) for i in range(5)
+        ]
+        lock = Redlock(clients, name, ttl=10)
+        assert lock.acquire(blocking=False) is True, majority
+        tokens.append(lock.fencing_token)
+        assert lock.release() is True
+    assert tokens[0] > seeded
+    assert all(earlier < later for earlier, later in itertools.pairwise(tokens)), tokens
+    # The counter outlives the hold, so the next holder's INCR still sees it.
+    assert quorum.clients[2].pttl(fence_key(name)) > 3600 * 1000
+
+
+def test_fencing_tokens_increase_on_back_to_back_holds_and_can_be_turned_off(quorum):
+    tokens = []
+    for _ in range(5):
+        with Redlock(quorum.clients, "back-to-back") as lock:
+            tokens.append(lock.fencing_token)
+    assert all(earlier < later for earlier, later in itertools.pairwise(tokens))
+    with Redlock(quorum.clients, "unfenced", fencing=False) as lock:
+        assert lock.fencing_token is None
+    assert all(client.exists(fence_key("unfenced")) == 0 for client in quorum.clients)
+
+
+# -- 4. token safety ------------------------------------------------------------------------
+
+
+def test_release_and_extend_by_an_expired_holder_leave_the_new_holders_lock(quorum):
+    name = "token-safety"
+    first = Redlock(quorum.clients, name, ttl=0.3)
+    assert first.acquire()
+    wait_until(lambda: holders_of(quorum, name) == [None] * 5, "the first lock expired", 5)
+    second = Redlock(quorum.clients, name, ttl=30)
+    assert second.acquire(blocking=False)
+    assert first.extend() is False
+    assert first.lost is True
+    assert first.release() is False
+    assert second.owned() is True
+    assert holders_of(quorum, name) == [second.token.encode()] * 5
+    assert second.release() is True
+
+
+def test_release_of_a_lock_taken_over_returns_false_and_leaves_it(quorum):
+    name = "taken-over"
+    first = Redlock(quorum.clients, name, ttl=30)
+    assert first.acquire()
+    for client in quorum.clients[:3]:  # another holder took a majority (e.g. after expiry)
+        client.set(lock_key(name), "someone-else")
+    assert first.owned() is False
+    assert first.locked() is True
+    assert first.release() is False
+    assert first.lost is True
+    assert holders_of(quorum, name)[:3] == [b"someone-else"] * 3
+    assert holders_of(quorum, name)[3:] == [None, None]
+
+
+def test_a_non_owner_cannot_release_and_a_second_acquirer_is_refused(quorum):
+    holder = Redlock(quorum.clients, "owned")
+    other = Redlock(quorum.clients, "owned")
+    assert holder.acquire(blocking=False)
+    with pytest.raises(RuntimeError):
+        other.release()
+    assert other.acquire(blocking=False) is False
+    assert holders_of(quorum, "owned") == [holder.token.encode()] * 5
+    with pytest.raises(RuntimeError):
+        holder.acquire(blocking=False)  # not reentrant
+    assert holder.release() is True
+
+
+def test_leaving_a_with_block_whose_majority_was_lost_raises_lock_lost(quorum):
+    with pytest.raises(LockLost), Redlock(quorum.clients, "lost-in-block"):
+        for client in quorum.clients[:3]:
+            client.delete(lock_key("lost-in-block"))
+
+
+# -- 5. renewal -----------------------------------------------------------------------------
+
+
+def test_auto_renew_keeps_the_lock_past_its_ttl(quorum):
+    name = "renewed"
+    lock = Redlock(quorum.clients, name, ttl=1.5, auto_renew=True)
+    assert lock.acquire()
+    token = lock.token.encode()
+    samples = []
+    held_until = time.monotonic() + 3.5
+    while time.monotonic() < held_until:
+        samples.append(holders_of(quorum, name))
+        time.sleep(0.1)
+    samples.append(holders_of(quorum, name))
+    assert len(samples) >= 10
+    assert all(sample == [token] * 5 for sample in samples)
+    assert lock.lost is False
+    assert lock.validity > 0
+    assert lock.release() is True
+
+
+def test_auto_renew_calls_on_lost_once_when_a_majority_of_servers_is_gone(quorum):
+    calls: list[Redlock] = []
+    called = threading.Event()
+
+    def on_lost(lock: Redlock) -> None:
+        calls.append(lock)
+        called.set()
+
+    lock = Redlock(quorum.clients, "renewal-lost", ttl=1, auto_renew=True, on_lost=on_lost)
+    assert lock.acquire()
+    quorum.down(0, 2, 4)
+    assert called.wait(1 + SLACK), "on_lost was not called"
+    assert lock.lost is True
+    time.sleep(0.8)  # more than two renewal intervals: a refused renewal is not retried
+    assert calls == [lock]
+    assert lock.release() is False
+    assert calls == [lock]
+
+
+# -- 6. wake-ups ----------------------------------------------------------------------------
+
+
+def test_blocked_acquirer_is_woken_by_the_release_not_by_the_ttl(quorum):
+    name = "wake-up"
+    holder = Redlock(quorum.clients, name, ttl=30)
+    assert holder.acquire()
+    outcome: dict[str, float | bool] = {}
+
+    def wait() -> None:
+        outcome["acquired"] = Redlock(quorum.clients, name, ttl=30).acquire(timeout=10)
+        outcome["at"] = time.monotonic()
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    first = quorum.clients[0]
+    wait_until(lambda: numsub(first, done_channel(name)) == 1, "the waiter subscribed", 10)
+    parked_calls = evalsha_calls(first)
+    time.sleep(1.0)
+    # Parked, not polling: no vote at all while the holder keeps the lock.
+    assert evalsha_calls(first) == parked_calls
+    released_at = time.monotonic()
+    assert holder.release() is True
+    waiter.join(10)
+    assert outcome["acquired"] is True
+    assert outcome["at"] - released_at < 5
+
+
+# -- 7. the asyncio twin --------------------------------------------------------------------
+
+
+def async_clients(quorum) -> list[redis.asyncio.Redis]:
+    return [redis.asyncio.Redis.from_url(url) for url in quorum.urls]
+
+
+async def close_all(clients) -> None:
+    for client in clients:
+        await client.aclose()
+
+
+def test_async_with_3_of_5_servers_hung_acquire_returns_false_in_time(quorum):
+    quorum.freeze(1, 3, 4)
+
+    async def scenario() -> None:
+        clients = async_clients(quorum)
+        lock = AsyncRedlock(clients, "aio-no-quorum", ttl=30)
+        started = time.monotonic()
+        assert await lock.acquire(timeout=1.0) is False
+        assert time.monotonic() - started < 1.0 + SLACK
+        with pytest.raises(LockTimeout):
+            async with AsyncRedlock(clients, "aio-no-quorum", timeout=0.2):
+                pass
+        await close_all(clients)
+
+    asyncio.run(scenario())
+    assert holders_of(quorum, "aio-no-quorum") == [None, None]
+
+
+def test_async_fencing_tokens_strictly_increase_when_successive_majorities_differ(quorum):
+    name = "aio-fenced"
+    seeded = int(time.time() * 1e6) + 10**12
+    quorum.clients[4].set(fence_key(name), seeded)
+
+    async def scenario() -> list[int]:
+        clients = async_clients(quorum)
+        dead = redis.asyncio.Redis.from_url(unreachable_url())
+        tokens = []
+        for majority in [(2, 3, 4), (0, 1, 2), (0, 1, 3), (1, 2, 3)]:
+            chosen = [clients[i] if i in majority else dead for i in range(5)]
+            async with AsyncRedlock(chosen, name, ttl=10) as lock:
+                tokens.append(lock.fencing_token)
+        await close_all([*clients, dead])
+        return tokens
+
+    tokens = asyncio.run(scenario())
+    assert tokens[0] > seeded
+    assert all(earlier < later for earlier, later in itertools.pairwise(tokens)), tokens
+
+
+def test_async_expired_holder_can_neither_release_nor_extend_the_new_holders_lock(quorum):
+    async def scenario() -> None:
+        clients = async_clients(quorum)
+        first = AsyncRedlock(clients, "aio-expiry", ttl=0.2)
+        assert await first.acquire()
+        await asyncio.sleep(0.4)
+        second = AsyncRedlock(clients, "aio-expiry", ttl=10)
+        assert await second.acquire(blocking=False)
+        assert await first.extend() is False
+        assert await first.release() is False
+        assert first.lost is True
+        assert await second.owned() is True
+        assert await second.locked() is True
+        assert await second.release() is True
+        assert await second.locked() is False
+        await close_all(clients)
+
+    asyncio.run(scenario())
+
+
+def test_async_auto_renew_keeps_the_lock_then_reports_the_majority_lost(quorum):
+    called = []
+
+    async def scenario() -> None:
+        clients = async_clients(quorum)
+        lock = AsyncRedlock(clients, "aio-renewed", ttl=1, auto_renew=True, on_lost=called.append)
+        assert await lock.acquire()
+        await asyncio.sleep(2.0)  # twice the ttl
+        assert holders_of(quorum, "aio-renewed") == [lock.token.encode()] * 5
+        assert lock.lost is False
+        quorum.down(1, 2, 3)
+        deadline = time.monotonic() + 1 + SLACK
+        while not called and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert called == [lock]
+        assert await lock.release() is False
+        await close_all(clients)
+
+    asyncio.run(scenario())
+
+
+def test_async_blocked_acquirer_is_woken_by_the_release(quorum):
+    name = "aio-wake-up"
+
+    async def scenario() -> float:
+        clients = async_clients(quorum)
+        holder = AsyncRedlock(clients, name, ttl=30)
+        assert await holder.acquire()
+        waiter = asyncio.get_running_loop().create_task(
+            AsyncRedlock(clients, name, ttl=30).acquire(timeout=10)
+        )
+        while numsub(quorum.clients[0], done_channel(name)) != 1:
+            await asyncio.sleep(0.01)
+        released_at = time.monotonic()
+        assert await holder.release() is True
+        assert await asyncio.wait_for(waiter, 10) is True
+        woken_after = time.monotonic() - released_at
+        await close_all(clients)
+        return woken_after
+
+    assert asyncio.run(scenario()) < 5
+
+
+# -- 8. shape and validation ----------------------------------------------------------------
+
+
+def test_async_twin_has_the_same_public_methods_and_parameters():
+    def public(cls) -> dict[str, list]:
+        return {
+            name: [
+                (p.name, p.kind, p.default) for p in inspect.signature(member).parameters.values()
+            ]
+            for name, member in inspect.getmembers(cls, inspect.isfunction)
+            if not name.startswith("_") or name == "__init__"
+        }
+
+    assert public(AsyncRedlock) == public(Redlock)
+    for name in ("acquire", "attempt", "release", "extend", "locked", "owned"):
+        assert inspect.iscoroutinefunction(getattr(AsyncRedlock, name)), name
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "named"),
+    [
+        ({"clients": []}, ValueError, "clients"),
+        ({"ttl": 0}, ValueError, "ttl"),
+        ({"retry_delay": (0.2, 0.1)}, ValueError, "retry_delay"),
+        ({"retry_delay": "soon"}, TypeError, "retry_delay"),
+        ({"server_timeout": -1}, ValueError, "server_timeout"),
+    ],
+)
+def test_constructor_rejects_bad_argument_naming_it(quorum, arguments, error, named):
+    arguments = {"clients": quorum.clients, "name": "bad", **arguments}
+    with pytest.raises(error, match=named):
+        Redlock(**arguments)
+    with pytest.raises(error, match=named):
+        AsyncRedlock(**arguments)
+
+
+def test_a_single_client_is_refused_with_a_hint(quorum):
+    with pytest.raises(TypeError, match="one per server"):
+        Redlock(quorum.clients[0], "single")
+
+
+def test_server_timeout_defaults_to_50ms_or_a_tenth_of_a_short_ttl(quorum):
+    assert Redlock(quorum.clients, "t", ttl=30).server_timeout == 0.05
+    assert Redlock(quorum.clients, "t", ttl=0.2).server_timeout == pytest.approx(0.02)
+    assert Redlock(quorum.clients, "t", server_timeout=0.3).server_timeout == 0.3
+    assert Redlock(quorum.clients, "t").quorum == 3
+    assert Redlock(quorum.clients[:4], "t").quorum == 3
+    # The per-server clients are made once per process, pool and bound.
+    assert (
+        sync_module._quick_client(quorum.clients[0], 0.05) is Redlock(quorum.clients, "t")._quick[0]
+    )
