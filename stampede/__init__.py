@@ -17,6 +17,7 @@ from .exceptions import (
     LoaderError,
     LockLost,
     LockTimeout,
+    NotFound,
     ReentrantLoad,
     StampedeError,
     WaitTimeout,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from .fill.store import RedisStore
     from .lock.guard import Guard, guard
     from .lock.mutex import Mutex
+    from .lock.redlock import Redlock
 
 __version__ = "0.1.0"
 
@@ -42,7 +44,9 @@ __all__ = [
     "LockLost",
     "LockTimeout",
     "Mutex",
+    "NotFound",
     "RedisStore",
+    "Redlock",
     "ReentrantLoad",
     "StampedeError",
     "WaitTimeout",
@@ -61,6 +65,7 @@ _LAZY: dict[str, str] = {
     "Guard": ".lock.guard",
     "guard": ".lock.guard",
     "Mutex": ".lock.mutex",
+    "Redlock": ".lock.redlock",
     "cached": ".decorators",
     "single_flight": ".decorators",
 }

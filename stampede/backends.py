@@ -33,12 +33,14 @@ from . import signals as _signals  # noqa: F401  (herd events become Django sign
 from .aio import near as async_near
 from .aio.filler import Filler as AsyncFiller
 from .aio.store import RedisStore as AsyncRedisStore
+from .bloom import BloomGuard
 from .core import options as conf
 from .core.envelope import MISSING, Failure
 from .core.flight import value_of
 from .core.keys import CacheKey
 from .core.near import NearCache, NearOptions
 from .django_internals import BackendStore, async_store_for, is_redis_backend, store_for
+from .exceptions import NotFound
 from .fill import local
 from .fill.filler import Filler
 from .fill.near import NearReads
@@ -46,6 +48,8 @@ from .fill.store import RedisStore
 from .lock.mutex import Mutex
 
 _BACKEND_OPTIONS = ("LOCK_URL", "NEAR_CACHE")
+#: ``get_or_load``'s ``default`` when none is given: ``bloom=`` raises ``NotFound``.
+NOT_FOUND: Any = object()
 #: What ``OPTIONS["LOCK_URL"]`` may start with (redis-py's ``from_url`` schemes).
 REDIS_URL_SCHEMES = ("redis://", "rediss://", "unix://")
 # The largest timeout that is a float; a larger int (10**400) is checked, and refused.
@@ -75,6 +79,15 @@ def _in_sync_thread(loader: Callable[[], Any]) -> Callable[[], Any]:
         return await in_thread()
 
     return load
+
+
+def _guard(bloom: Any, key: Any, item: Any) -> BloomGuard | None:
+    """Return the ``bloom=`` guard of one call (checked now, naming what is wrong), or None."""
+    if bloom is None:
+        if item is not None:
+            raise TypeError("bloom_item= needs bloom= (the BloomFilter to check it in)")
+        return None
+    return BloomGuard(bloom, key if item is None else item)
 
 
 def _unwrap(record: Any, default: Any) -> Any:
@@ -224,16 +237,34 @@ class StampedeCache(BaseCache):
         loader: Callable[[], Any],
         timeout: Any = DEFAULT_TIMEOUT,
         version: Any = None,
+        *,
+        bloom: Any = None,
+        bloom_item: Any = None,
+        default: Any = NOT_FOUND,
         **options: Any,
     ) -> Any:
         """Return the cached value of ``key``, calling ``loader()`` on a miss, once cluster-wide.
 
         Keyword ``options`` override the cache's ``OPTIONS`` for this call, in lower case:
         ``grace=60``, ``lock_ttl=5``, ``wait_timeout=2``, ``on_timeout="raise"``, ...
+
+        ``bloom`` (a ``stampede.BloomFilter``): on a miss, before any lock, check that
+        ``bloom_item`` (default: ``key``) was ever added; if not, return ``default``, or raise
+        ``stampede.NotFound`` when none is given. The loader is not called, nothing is cached.
         """
-        return self.filler.get_or_load(
-            self._key(key, version), loader, self._resolve_timeout(timeout), **options
-        )
+        guard = _guard(bloom, key, bloom_item)
+        try:
+            return self.filler.get_or_load(
+                self._key(key, version),
+                loader,
+                self._resolve_timeout(timeout),
+                bloom=guard,
+                **options,
+            )
+        except NotFound:
+            if default is NOT_FOUND:
+                raise
+            return default
 
     async def aget_or_set(
         self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
@@ -253,6 +284,10 @@ class StampedeCache(BaseCache):
         loader: Callable[[], Any],
         timeout: Any = DEFAULT_TIMEOUT,
         version: Any = None,
+        *,
+        bloom: Any = None,
+        bloom_item: Any = None,
+        default: Any = NOT_FOUND,
         **options: Any,
     ) -> Any:
         """Async twin of :meth:`get_or_load`; ``loader`` may be a coroutine function.
@@ -264,15 +299,28 @@ class StampedeCache(BaseCache):
             # Checked here too: asgiref would refuse it first, with a message that names
             # neither the argument nor what to pass.
             raise TypeError(f"loader must be callable; got {loader!r}")
+        guarded = {"bloom": bloom, "bloom_item": bloom_item, "default": default}
         filler = self._async_filler()
         if filler is None:
-            call = functools.partial(self.get_or_load, key, loader, timeout, version, **options)
+            call = functools.partial(
+                self.get_or_load, key, loader, timeout, version, **guarded, **options
+            )
             return await sync_to_async(call, thread_sensitive=False)()
+        guard = _guard(bloom, key, bloom_item)
         if not iscoroutinefunction(loader):
             loader = _in_sync_thread(loader)
-        return await filler.get_or_load(
-            self._key(key, version), loader, self._resolve_timeout(timeout), **options
-        )
+        try:
+            return await filler.get_or_load(
+                self._key(key, version),
+                loader,
+                self._resolve_timeout(timeout),
+                bloom=guard,
+                **options,
+            )
+        except NotFound:
+            if default is NOT_FOUND:
+                raise
+            return default
 
     def _async_filler(self) -> AsyncFiller | None:
         """Return the running loop's twin of :attr:`filler`, built once per loop.

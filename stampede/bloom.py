@@ -12,6 +12,7 @@ the layout and count a small hash beside it, both under the name's hash tag (one
 
 from __future__ import annotations
 
+import asyncio
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -131,3 +132,44 @@ class BloomFilter(BloomBase):
             return scripts.run_many(self.client, script, calls)
         except ResponseError as exc:
             raise self._translated(exc) from None
+
+
+class BloomGuard:
+    """``bloom=`` of ``get_or_load``, ``@cached`` and ``@single_flight``: one item of one filter.
+
+    Either filter works in async code (a sync one is asked in a worker thread); sync code
+    needs a sync :class:`BloomFilter`. Refused when made, not on the first miss.
+    """
+
+    __slots__ = ("bloom", "item")
+
+    def __init__(self, bloom: Any, item: Any) -> None:
+        if not isinstance(bloom, BloomBase):
+            raise TypeError(
+                f"bloom must be a stampede.BloomFilter (or stampede.aio.BloomFilter in async "
+                f"code); got {bloom!r}"
+            )
+        if isinstance(item, bool) or not isinstance(item, (str, bytes, int)):
+            raise TypeError(
+                f"the item bloom= checks must be a str, bytes or int (set bloom_item=); "
+                f"got {item!r}"
+            )
+        self.bloom = bloom
+        self.item = item
+
+    def __repr__(self) -> str:
+        return f"<BloomGuard {self.item!r} in {self.bloom!r}>"
+
+    def admits(self) -> bool:
+        """Return False if the item was never added (one round trip)."""
+        if not isinstance(self.bloom, BloomFilter):
+            raise TypeError(
+                f"{self.bloom!r} is an asyncio filter; sync code needs a stampede.BloomFilter"
+            )
+        return self.item in self.bloom
+
+    async def aadmits(self) -> bool:
+        """Async twin of :meth:`admits`."""
+        if isinstance(self.bloom, BloomFilter):
+            return await asyncio.to_thread(self.bloom.__contains__, self.item)
+        return bool(await self.bloom.contains(self.item))  # type: ignore[attr-defined]

@@ -20,8 +20,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction
+from django.http import Http404
 
+from .bloom import BloomGuard
 from .core import options as conf
+from .exceptions import NotFound
 from .pages import PagePolicy, alias_argument, aserve, serve, stampede_cache
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -30,7 +33,13 @@ _MAX_ARGS_LENGTH = 150
 
 
 def single_flight(
-    timeout: float = 60, *, cache: str = "default", key_prefix: str = "", grace: float = 0
+    timeout: float = 60,
+    *,
+    cache: str = "default",
+    key_prefix: str = "",
+    grace: float = 0,
+    bloom: Any = None,
+    bloom_item: str | Callable[..., Any] | None = None,
 ) -> Callable[[_F], _F]:
     """Return a view decorator: ``cache_page`` semantics, one render per page per expiry.
 
@@ -39,6 +48,12 @@ def single_flight(
     ``learn_cache_key``, and sets ``Expires``/``Cache-Control: max-age``. With ``grace``, a
     stale page is served while one request re-renders it. Sync and async views; for
     class-based views use ``method_decorator(single_flight(...), name="dispatch")``.
+
+    ``bloom`` (a ``stampede.BloomFilter``): a page not in the cache is rendered only if its
+    item was ever added; otherwise the answer is a 404 (``Http404``) and the view is not
+    called. The item is ``request.path`` (add ``obj.get_absolute_url()`` as objects are
+    made), or ``bloom_item``: a format string over the view's URL keyword arguments
+    (``"{product_id}"``) or a callable taking the view's arguments (request first).
     """
     _refuse_bare_use("single_flight", timeout)
     policy = PagePolicy(
@@ -47,6 +62,7 @@ def single_flight(
         cache_alias=alias_argument("cache", cache),
         grace=grace,
     )
+    item_of = _page_item(bloom, bloom_item)
 
     def decorate(view: _F) -> _F:
         _require_callable("single_flight", "a view (a function or a method)", view)
@@ -57,17 +73,59 @@ def single_flight(
                 async def render(request: Any) -> Any:
                     return await view(request, *args, **kwargs)
 
-                return await aserve(request, render, policy)
+                guard = _page_guard(bloom, item_of, request, args, kwargs)
+                try:
+                    return await aserve(request, render, policy, **guard)
+                except NotFound as exc:
+                    raise Http404(str(exc)) from None
 
             return async_wrapped  # type: ignore[return-value]
 
         @functools.wraps(view)
         def wrapped(request: Any, *args: Any, **kwargs: Any) -> Any:
-            return serve(request, lambda request: view(request, *args, **kwargs), policy)
+            guard = _page_guard(bloom, item_of, request, args, kwargs)
+            try:
+                return serve(
+                    request, lambda request: view(request, *args, **kwargs), policy, **guard
+                )
+            except NotFound as exc:
+                raise Http404(str(exc)) from None
 
         return wrapped  # type: ignore[return-value]
 
     return decorate
+
+
+def _check_bloom(bloom: Any, bloom_item: Any, decorator: str) -> None:
+    """Refuse a bad ``bloom=``/``bloom_item=`` when the decorator is applied."""
+    if bloom is None:
+        if bloom_item is not None:
+            raise TypeError(f"{decorator}: bloom_item= needs bloom= (the BloomFilter to check)")
+        return
+    BloomGuard(bloom, "probe")  # raises TypeError naming a bloom that is not a BloomFilter
+    if bloom_item is not None and not isinstance(bloom_item, str) and not callable(bloom_item):
+        raise TypeError(
+            f"{decorator}: bloom_item must be a format string, a callable or None; "
+            f"got {bloom_item!r}"
+        )
+
+
+def _page_item(bloom: Any, bloom_item: Any) -> Callable[..., Any]:
+    """Return how a request's item is found: ``(request, args, kwargs) -> item``."""
+    _check_bloom(bloom, bloom_item, "single_flight")
+    if bloom_item is None:
+        return lambda request, args, kwargs: request.path
+    if isinstance(bloom_item, str):
+        return lambda request, args, kwargs: bloom_item.format(**kwargs)
+    return lambda request, args, kwargs: bloom_item(request, *args, **kwargs)
+
+
+def _page_guard(
+    bloom: Any, item_of: Callable[..., Any], request: Any, args: Any, kwargs: Any
+) -> dict[str, Any]:
+    if bloom is None:
+        return {}
+    return {"bloom": bloom, "bloom_item": item_of(request, args, kwargs)}
 
 
 def cached(
@@ -76,6 +134,8 @@ def cached(
     key: str | Callable[..., str] | None = None,
     cache: str = "default",
     grace: float = 0,
+    bloom: Any = None,
+    bloom_item: str | Callable[..., Any] | None = None,
 ) -> Callable[[_F], _F]:
     """Return a decorator caching a function's result, loaded once across every process.
 
@@ -83,6 +143,11 @@ def cached(
     or a callable taking the function's arguments. The decorated function gains
     ``.invalidate(*args, **kwargs)``, which deletes the entry for those arguments (voiding a
     load in progress), and ``.cache_key(*args, **kwargs)``.
+
+    ``bloom`` (a ``stampede.BloomFilter``): on a miss, the function runs only if the item
+    was ever added, else ``stampede.NotFound`` is raised. The item is the entry's key, or
+    ``bloom_item``: a format string over the argument names, or a callable taking the
+    function's arguments.
     """
     _refuse_bare_use("cached", timeout)
     if timeout is not None:
@@ -94,6 +159,7 @@ def cached(
     if key == "":
         raise ValueError("key must not be empty: every call would share one entry")
     alias_argument("cache", cache)
+    _check_bloom(bloom, bloom_item, "cached")
 
     def decorate(func: _F) -> _F:
         _require_callable("cached", "a function or a method", func)
@@ -101,6 +167,8 @@ def cached(
         name = f"{func.__module__}.{func.__qualname__}"
         if isinstance(key, str):
             _check_key_fields(key, signature, name)
+        if isinstance(bloom_item, str):
+            _check_key_fields(bloom_item, signature, name)
 
         def cache_key(*args: Any, **kwargs: Any) -> str:
             bound = signature.bind(*args, **kwargs)
@@ -111,15 +179,30 @@ def cached(
                 return key.format(**bound.arguments)
             return f"stampede.cached:{name}:{_arguments_part(bound.arguments)}"
 
+        def guard(entry_key: str, args: Any, kwargs: Any) -> dict[str, Any]:
+            if bloom is None:
+                return {}
+            if bloom_item is None:
+                item: Any = entry_key
+            elif callable(bloom_item):
+                item = bloom_item(*args, **kwargs)
+            else:
+                bound = signature.bind(*args, **kwargs)
+                bound.apply_defaults()
+                item = bloom_item.format(**bound.arguments)
+            return {"bloom": bloom, "bloom_item": item}
+
         if iscoroutinefunction(func):
 
             @functools.wraps(func)
             async def async_wrapped(*args: Any, **kwargs: Any) -> Any:
+                entry_key = cache_key(*args, **kwargs)
                 return await stampede_cache(cache, "@cached").aget_or_load(
-                    cache_key(*args, **kwargs),
+                    entry_key,
                     functools.partial(func, *args, **kwargs),
                     timeout=timeout,
                     grace=grace,
+                    **guard(entry_key, args, kwargs),
                 )
 
             wrapped: Any = async_wrapped
@@ -127,11 +210,13 @@ def cached(
 
             @functools.wraps(func)
             def sync_wrapped(*args: Any, **kwargs: Any) -> Any:
+                entry_key = cache_key(*args, **kwargs)
                 return stampede_cache(cache, "@cached").get_or_load(
-                    cache_key(*args, **kwargs),
+                    entry_key,
                     lambda: func(*args, **kwargs),
                     timeout=timeout,
                     grace=grace,
+                    **guard(entry_key, args, kwargs),
                 )
 
             wrapped = sync_wrapped

@@ -80,3 +80,21 @@ class ReentrantLoad(StampedeError, RuntimeError):
             f"the loader of {key!r} needs {key!r} itself (loading {path}); a loader must not "
             "depend on the value it is filling: break the cycle, or read with cache.get()"
         )
+
+
+class NotFound(StampedeError, LookupError):
+    """``bloom=`` answered for the loader: ``key``'s item was never added to the Bloom filter.
+
+    Nothing was loaded and nothing was cached; no lock was taken. ``@single_flight`` turns it
+    into a 404 (``Http404``); ``get_or_load(..., default=...)`` returns the default instead.
+    """
+
+    def __init__(self, key: object, item: object) -> None:
+        self.key = key
+        self.item = item
+        super().__init__(
+            f"{item!r} was never added to the Bloom filter guarding {key!r}: nothing to load"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.key, self.item))

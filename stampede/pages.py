@@ -176,23 +176,30 @@ def _own_copy(response: HttpResponse) -> HttpResponse:
 # -- sync ---------------------------------------------------------------------------------------
 
 
-def serve(request: HttpRequest, get_response: Any, policy: PagePolicy) -> HttpResponse:
-    """Return the response to ``request``: cached, or rendered once for everyone waiting."""
+def serve(
+    request: HttpRequest, get_response: Any, policy: PagePolicy, **guard: Any
+) -> HttpResponse:
+    """Return the response to ``request``: cached, or rendered once for everyone waiting.
+
+    ``guard``: ``bloom=``/``bloom_item=`` of every fill (``stampede.NotFound`` if refused).
+    """
     if request.method not in ("GET", "HEAD"):
         return get_response(request)
     cache = policy.cache()
     page_key = _known_page_key(request, policy, cache)
     if page_key is None:
-        rendered = _learn(request, get_response, policy, cache)
+        rendered = _learn(request, get_response, policy, cache, guard)
         if rendered is not None:
             return rendered
         page_key = _known_page_key(request, policy, cache)
         if page_key is None:  # the first response was not cacheable: nothing to learn
             return get_response(request)
-    return _serve_page(request, get_response, policy, cache, page_key)
+    return _serve_page(request, get_response, policy, cache, page_key, guard)
 
 
-def _learn(request: HttpRequest, get_response: Any, policy: PagePolicy, cache: Any) -> Any:
+def _learn(
+    request: HttpRequest, get_response: Any, policy: PagePolicy, cache: Any, guard: Any
+) -> Any:
     ours: dict[str, HttpResponse] = {}
 
     def render_and_learn() -> Any:
@@ -204,12 +211,19 @@ def _learn(request: HttpRequest, get_response: Any, policy: PagePolicy, cache: A
         header_list.publish(cache)
         return _LEARNED
 
-    cache.get_or_load(_learning_key(request, policy), render_and_learn, timeout=policy.timeout)
+    cache.get_or_load(
+        _learning_key(request, policy), render_and_learn, timeout=policy.timeout, **guard
+    )
     return ours.get("response")
 
 
 def _serve_page(
-    request: HttpRequest, get_response: Any, policy: PagePolicy, cache: Any, page_key: str
+    request: HttpRequest,
+    get_response: Any,
+    policy: PagePolicy,
+    cache: Any,
+    page_key: str,
+    guard: Any,
 ) -> HttpResponse:
     ours: dict[str, HttpResponse] = {}
 
@@ -221,30 +235,34 @@ def _serve_page(
         header_list.publish(cache)  # the page key is already known: nothing to hold back
         return response
 
-    page = cache.get_or_load(page_key, render, timeout=policy.timeout, grace=policy.grace)
+    page = cache.get_or_load(page_key, render, timeout=policy.timeout, grace=policy.grace, **guard)
     return ours["response"] if "response" in ours else _own_copy(page)
 
 
 # -- async (twin of the above) -------------------------------------------------------------------
 
 
-async def aserve(request: HttpRequest, get_response: Any, policy: PagePolicy) -> HttpResponse:
+async def aserve(
+    request: HttpRequest, get_response: Any, policy: PagePolicy, **guard: Any
+) -> HttpResponse:
     """Async twin of :func:`serve`, for async views and middleware chains."""
     if request.method not in ("GET", "HEAD"):
         return await get_response(request)
     cache = policy.cache()
     page_key = await sync_to_async(_known_page_key)(request, policy, cache)
     if page_key is None:
-        rendered = await _alearn(request, get_response, policy, cache)
+        rendered = await _alearn(request, get_response, policy, cache, guard)
         if rendered is not None:
             return rendered
         page_key = await sync_to_async(_known_page_key)(request, policy, cache)
         if page_key is None:
             return await get_response(request)
-    return await _aserve_page(request, get_response, policy, cache, page_key)
+    return await _aserve_page(request, get_response, policy, cache, page_key, guard)
 
 
-async def _alearn(request: HttpRequest, get_response: Any, policy: PagePolicy, cache: Any) -> Any:
+async def _alearn(
+    request: HttpRequest, get_response: Any, policy: PagePolicy, cache: Any, guard: Any
+) -> Any:
     ours: dict[str, HttpResponse] = {}
 
     async def render_and_learn() -> Any:
@@ -261,13 +279,18 @@ async def _alearn(request: HttpRequest, get_response: Any, policy: PagePolicy, c
         return _LEARNED
 
     await cache.aget_or_load(
-        _learning_key(request, policy), render_and_learn, timeout=policy.timeout
+        _learning_key(request, policy), render_and_learn, timeout=policy.timeout, **guard
     )
     return ours.get("response")
 
 
 async def _aserve_page(
-    request: HttpRequest, get_response: Any, policy: PagePolicy, cache: Any, page_key: str
+    request: HttpRequest,
+    get_response: Any,
+    policy: PagePolicy,
+    cache: Any,
+    page_key: str,
+    guard: Any,
 ) -> HttpResponse:
     ours: dict[str, HttpResponse] = {}
 
@@ -279,5 +302,7 @@ async def _aserve_page(
         await sync_to_async(header_list.publish)(cache)
         return response
 
-    page = await cache.aget_or_load(page_key, render, timeout=policy.timeout, grace=policy.grace)
+    page = await cache.aget_or_load(
+        page_key, render, timeout=policy.timeout, grace=policy.grace, **guard
+    )
     return ours["response"] if "response" in ours else _own_copy(page)

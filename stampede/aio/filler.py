@@ -19,9 +19,10 @@ from ..core.envelope import MISSING, unwrap_private
 from ..core.flight import SYSTEM_CLOCK, Clock, Verdict, judge, value_of
 from ..core.keys import CacheKey, Name
 from ..core.options import FillOptions
-from ..core.port import AsyncStore
+from ..core.port import AsyncStore, Guard
+from ..exceptions import NotFound
 from ..fill.chain import refuse_reentry
-from ..fill.edge import STORE_ERRORS, unavailable
+from ..fill.edge import STORE_ERRORS, guard_unavailable, unavailable
 from ..fill.near import NearReads, filling
 from . import local
 from . import near as near_reads
@@ -60,6 +61,8 @@ class Filler:
         key: CacheKey | Name,
         loader: Callable[[], Any],
         timeout: float | None = None,
+        *,
+        bloom: Guard | None = None,
         **overrides: Any,
     ) -> Any:
         """Async twin of :meth:`stampede.fill.filler.Filler.get_or_load`."""
@@ -92,6 +95,8 @@ class Filler:
                 verdict = judge(seen, clock.wall(), options, clock.random())
                 if verdict is Verdict.FRESH:
                     return value_of(seen)
+                if bloom is not None and verdict is Verdict.ABSENT:
+                    await refuse_unknown(bloom, key)
             protocol = flight.fill(key.full, timeout, options, clock, seen, verdict)
             with filling(key, near):
                 return await run_protocol(
@@ -120,3 +125,13 @@ class Filler:
         if self.near is not None:
             self.near.forget([key.full for key in named])
         await self.store.invalidate(named)
+
+
+async def refuse_unknown(bloom: Guard, key: CacheKey) -> None:
+    """Async twin of :func:`stampede.fill.filler.refuse_unknown`."""
+    try:
+        admitted = await bloom.aadmits()
+    except STORE_ERRORS as exc:
+        admitted = guard_unavailable(exc, key)
+    if not admitted:
+        raise NotFound(key.key, bloom.item)

@@ -57,6 +57,20 @@ class FillLock(Protocol):
         ...
 
 
+class Guard(Protocol):
+    """``bloom=``: consulted on a miss, before any lock; False answers for the loader.
+
+    ``admits()`` returns False only for an item that was certainly never added (a Bloom filter
+    has no false negatives). ``item`` is what it checks, for the ``NotFound`` it causes.
+    """
+
+    item: Any
+
+    def admits(self) -> bool: ...
+
+    async def aadmits(self) -> bool: ...
+
+
 class Store(Protocol):
     """Where one cache's records live, and the locks that guard their fills."""
 

@@ -40,3 +40,11 @@ def thrown_back(step: flight.Step, error: Exception, key: CacheKey) -> Exception
 def nobody(value: Any) -> None:
     """Serve no one: a flight without coalesced callers (a background refresh, a follower's
     own load)."""
+
+
+def guard_unavailable(error: Exception, key: CacheKey) -> bool:
+    """Report that ``bloom=`` could not be asked; return True: the miss goes on to the loader
+    (under ``on_redis_error``), as if the item had been added."""
+    events.emit("redis_error", key=key.full, error=error)
+    logger.warning("stampede: the Bloom filter of %r could not be asked: %s", key.full, error)
+    return True

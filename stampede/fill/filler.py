@@ -35,11 +35,12 @@ from ..core.envelope import MISSING, unwrap_private
 from ..core.flight import SYSTEM_CLOCK, Clock, Verdict, judge, value_of
 from ..core.keys import CacheKey, Name
 from ..core.options import FillOptions
-from ..core.port import Store
+from ..core.port import Guard, Store
+from ..exceptions import NotFound
 from . import local
 from .chain import refuse_reentry
 from .driver import run_protocol
-from .edge import STORE_ERRORS, unavailable
+from .edge import STORE_ERRORS, guard_unavailable, unavailable
 from .near import NearReads, filling
 
 
@@ -80,12 +81,16 @@ class Filler:
         key: CacheKey | Name,
         loader: Callable[[], Any],
         timeout: float | None = None,
+        *,
+        bloom: Guard | None = None,
         **overrides: Any,
     ) -> Any:
         """Return the value of ``key``, calling ``loader()`` on a miss, once cluster-wide.
 
         ``timeout`` is the value's lifetime in seconds (None: forever). Keyword ``overrides``
-        replace options for this call (``grace=60``, ``wait_timeout=2``, ...).
+        replace options for this call (``grace=60``, ``wait_timeout=2``, ...). ``bloom``
+        (``stampede.bloom.BloomGuard``) is asked on a miss, before any lock: an item it never
+        saw raises :class:`~stampede.exceptions.NotFound`, and the loader is not called.
         """
         if not callable(loader):
             raise TypeError(f"loader must be callable; got {loader!r}")
@@ -115,6 +120,8 @@ class Filler:
                 verdict = judge(seen, clock.wall(), options, clock.random())
                 if verdict is Verdict.FRESH:
                     return value_of(seen)
+                if bloom is not None and verdict is Verdict.ABSENT:
+                    refuse_unknown(bloom, key)
             protocol = flight.fill(key.full, timeout, options, clock, seen, verdict)
             with filling(key, near):
                 return run_protocol(
@@ -141,3 +148,13 @@ class Filler:
         if self.near is not None:
             self.near.forget([key.full for key in named])
         self.store.invalidate(named)
+
+
+def refuse_unknown(bloom: Guard, key: CacheKey) -> None:
+    """Raise ``NotFound`` if ``bloom`` never saw its item: the penetration guard's answer."""
+    try:
+        admitted = bloom.admits()
+    except STORE_ERRORS as exc:
+        admitted = guard_unavailable(exc, key)
+    if not admitted:
+        raise NotFound(key.key, bloom.item)
