@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import pickle
 import subprocess
 import threading
 import time
@@ -533,3 +534,47 @@ def test_untrusted_tls_certificate_fails_clearly(start_redis, tls_files, setting
         figure("error", f"{type(exc).__name__}: {exc}")
     figure("slowest call", max(durations.values()), "s")
     assert max(durations.values()) < HANG
+
+
+#: What the near cache adds to ACL_RULE: its tracking connection's commands and channel.
+NEAR_CACHE_ACL = " +client|id +client|tracking &__redis__:invalidate"
+
+
+@pytest.mark.fault("least privilege: the near cache under ACL_RULE plus NEAR_CACHE_ACL")
+def test_acl_user_with_the_near_cache_rule_keeps_copies_true(start_redis, settings, figure):
+    """With the documented additions the near cache arms, and a write by another client shows."""
+    server, url = start_with_user(start_redis, ACL_RULE + NEAR_CACHE_ACL)
+    client = admin(server)
+    setting = user_caches(url)
+    setting["default"]["OPTIONS"]["NEAR_CACHE"] = {"MAXSIZE": 100, "TTL": 30}
+    settings.CACHES = setting
+    cache = caches["default"]
+    cache.set("near", "old", 60)
+    wait_until(
+        lambda: cache.get("near") == "old" and cache.near.near.lookup(cache.make_key("near")),
+        "a copy kept under the ACL user",
+    )
+    client.set(cache.make_key("near"), pickle.dumps("new"))
+    wait_until(lambda: cache.get("near") == "new", "the write of another client to show")
+    figure("ACL LOG denials", len(denials(client)))
+    assert denials(client) == []
+
+
+@pytest.mark.fault("least privilege: the near cache under ACL_RULE alone (tracking refused)")
+def test_acl_user_without_the_near_cache_rule_reads_redis(start_redis, settings, figure, caplog):
+    """Redis refuses CLIENT TRACKING: the near cache stays off, and every read is right."""
+    server, url = start_with_user(start_redis, ACL_RULE)
+    client = admin(server)
+    setting = user_caches(url)
+    setting["default"]["OPTIONS"]["NEAR_CACHE"] = {"MAXSIZE": 100, "TTL": 30}
+    settings.CACHES = setting
+    cache = caches["default"]
+    cache.set("near", "old", 60)
+    with caplog.at_level(logging.WARNING, logger="stampede.io.tracking"):
+        cache.get("near")  # starts tracking, which Redis refuses
+        wait_until(lambda: "refused by Redis" in caplog.text, "Redis to refuse tracking")
+    for value in ("a", "b", "c"):
+        client.set(cache.make_key("near"), pickle.dumps(value))
+        assert cache.get("near") == value
+    assert not cache.near.near.armed and len(cache.near.near) == 0
+    figure("copies kept", len(cache.near.near))
