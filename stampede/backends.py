@@ -34,6 +34,7 @@ from .aio import near as async_near
 from .aio.filler import Filler as AsyncFiller
 from .aio.store import RedisStore as AsyncRedisStore
 from .bloom import BloomGuard
+from .core import lockspec
 from .core import options as conf
 from .core.envelope import MISSING, Failure
 from .core.flight import value_of
@@ -42,16 +43,17 @@ from .core.near import NearCache, NearOptions
 from .django_internals import BackendStore, async_store_for, is_redis_backend, store_for
 from .exceptions import NotFound
 from .fill import local
+from .fill.fenced import FencedStore
 from .fill.filler import Filler
 from .fill.near import NearReads
 from .fill.store import RedisStore
 from .lock.mutex import Mutex
 
-_BACKEND_OPTIONS = ("LOCK_URL", "NEAR_CACHE")
+_BACKEND_OPTIONS = ("LOCK_URL", "NEAR_CACHE", "LOCK")
 #: ``get_or_load``'s ``default`` when none is given: ``bloom=`` raises ``NotFound``.
 NOT_FOUND: Any = object()
 #: What ``OPTIONS["LOCK_URL"]`` may start with (redis-py's ``from_url`` schemes).
-REDIS_URL_SCHEMES = ("redis://", "rediss://", "unix://")
+REDIS_URL_SCHEMES = lockspec.REDIS_URL_SCHEMES
 # The largest timeout that is a float; a larger int (10**400) is checked, and refused.
 _LARGEST = sys.float_info.max
 _PLAIN_NUMBERS = (int, float)  # exactly: bool is an int, and True is no timeout
@@ -79,6 +81,30 @@ def _in_sync_thread(loader: Callable[[], Any]) -> Callable[[], Any]:
         return await in_thread()
 
     return load
+
+
+def outside_locks(spec: lockspec.LockSpec) -> Callable[..., Any]:
+    """Return ``new_lock(name, ttl, **kwargs)`` for ``OPTIONS["LOCK"]``'s kind of lock.
+
+    Clients are made once per process (per URL, per hosts string); locks once per flight.
+    """
+    if spec.kind == "redlock":
+        from .io import clients
+        from .lock.redlock import Redlock
+
+        servers = [clients.for_url(url) for url in spec.urls]
+
+        def redlock(name: Any, ttl: float, **kwargs: Any) -> Any:
+            kwargs.setdefault("auto_renew", True)
+            return Redlock(servers, name, ttl, **kwargs)
+
+        return redlock
+    from .contrib.zookeeper import ZooKeeperLock
+
+    def zookeeper(name: Any, ttl: float, **kwargs: Any) -> Any:
+        return ZooKeeperLock(spec.hosts, name, ttl, path=spec.path, **kwargs)
+
+    return zookeeper
 
 
 def _guard(bloom: Any, key: Any, item: Any) -> BloomGuard | None:
@@ -116,10 +142,13 @@ class StampedeCache(BaseCache):
         self._lock_url = self._check_lock_url(options.pop("LOCK_URL", None))
         try:
             self._near_options = NearOptions.from_setting(options.pop("NEAR_CACHE", None))
+            self._lock_spec = lockspec.LockSpec.from_setting(options.pop("LOCK", None))
             self._options = conf.FillOptions.from_settings(options)
         except (TypeError, ValueError) as exc:
             raise ImproperlyConfigured(f"StampedeCache OPTIONS: {exc}") from exc
         self._location = self._check_location(location, self._lock_url)
+        if self._lock_spec is not None:
+            self._check_outside_lock(self._location, self._lock_url)
         if self._near_options is not None:
             self._check_near_cache(self._location, self._near_options)
 
@@ -163,6 +192,22 @@ class StampedeCache(BaseCache):
         return location
 
     @staticmethod
+    def _check_outside_lock(location: str, lock_url: str | None) -> None:
+        """Refuse ``OPTIONS["LOCK"]`` where writes could not be fenced, when built."""
+        wrapped = settings.CACHES[location]
+        if not is_redis_backend(import_string(wrapped.get("BACKEND", ""))):
+            raise ImproperlyConfigured(
+                f"StampedeCache OPTIONS['LOCK'] needs a Redis cache as LOCATION: each write is "
+                f"fenced by a Lua script on the cache's Redis, and {location!r} is "
+                f"{wrapped.get('BACKEND')}; remove LOCK (and use LOCK_URL)"
+            )
+        if lock_url is not None:
+            raise ImproperlyConfigured(
+                "StampedeCache OPTIONS['LOCK'] and OPTIONS['LOCK_URL'] both say where the locks "
+                "live; keep one"
+            )
+
+    @staticmethod
     def _check_near_cache(location: str, near: NearOptions) -> None:
         """Refuse a near cache that Redis could not keep true, when the cache is built."""
         wrapped = settings.CACHES[location]
@@ -187,9 +232,15 @@ class StampedeCache(BaseCache):
     def store(self) -> RedisStore | BackendStore:
         """Where this cache's records and fill locks live (see ``stampede.django_internals``)."""
         try:
-            return store_for(self._wrapped, self._lock_url)
+            store = store_for(self._wrapped, self._lock_url)
         except ValueError as exc:
             raise ImproperlyConfigured(f"StampedeCache over {self._location!r}: {exc}") from exc
+        if self._lock_spec is None:
+            return store
+        assert isinstance(store, RedisStore), "checked when built: the wrapped cache is Redis"
+        return FencedStore(
+            store.client, outside_locks(self._lock_spec), dumps=store.dumps, loads=store.loads
+        )
 
     @cached_property
     def filler(self) -> Filler:
@@ -386,10 +437,14 @@ class StampedeCache(BaseCache):
             return 0.0  # Django: a negative timeout expires at once, like 0
         return conf.seconds("timeout", timeout, allow_zero=True, bounded=False)
 
-    def lock(self, key: Any, ttl: float = 30.0, version: Any = None, **kwargs: Any) -> Mutex:
-        """Return a ``Mutex`` on ``key`` (namespaced like the cache's keys), not yet acquired."""
+    def lock(self, key: Any, ttl: float = 30.0, version: Any = None, **kwargs: Any) -> Any:
+        """Return a lock on ``key`` (namespaced like the cache's keys), not yet acquired: a
+        ``Mutex``, or the kind ``OPTIONS["LOCK"]`` names (``Redlock``, ``ZooKeeperLock``)."""
         full_key = self._wrapped.make_and_validate_key(key, version=version)
-        return Mutex(self.store.client, full_key, ttl=ttl, **kwargs)
+        store = self.store
+        if isinstance(store, FencedStore):
+            return store.new_lock(full_key, ttl, **kwargs)
+        return Mutex(store.client, full_key, ttl=ttl, **kwargs)
 
     # -- delegation -------------------------------------------------------------------------
     #

@@ -34,6 +34,7 @@ from .core.envelope import MISSING
 from .core.flight import LockAttempt
 from .core.keys import CacheKey, lock_key
 from .fill import calls
+from .fill.fenced import FencedStore
 from .fill.store import RedisStore, WakeUps, logger
 from .io import clients, scripts
 from .lock.mutex import Mutex
@@ -61,7 +62,10 @@ def store_for(backend: Any, lock_url: str | None) -> RedisStore | BackendStore:
 
 
 def async_store_for(store: RedisStore | BackendStore) -> Any:
-    """Return the running loop's twin of ``store``, or None where it has none (Sentinel)."""
+    """Return the running loop's twin of ``store``, or None where it has none (Sentinel, and
+    fills locked outside the cache's Redis: their locks' asyncio twins run in threads anyway)."""
+    if isinstance(store, FencedStore):
+        return None
     if isinstance(store, BackendStore):
         client = clients.async_twin(store.client, loop_state().clients)
         return None if client is None else AsyncBackendStore(store.backend, client)

@@ -76,6 +76,18 @@ def fence_key(name: Name) -> Name:
     return _derive(name, ":fence")
 
 
+def written_key(name: Name) -> Name:
+    """Return the key holding the newest fencing token whose write of ``name`` landed (fenced
+    writes: the lock lives outside the cache's Redis)."""
+    return _derive(name, ":written")
+
+
+def epoch_key(name: Name) -> Name:
+    """Return the key counting invalidations of ``name`` (fenced writes: a ``delete()`` during
+    a load voids it)."""
+    return _derive(name, ":epoch")
+
+
 def done_channel(name: Name) -> Name:
     """Return the pub/sub channel on which a release of ``name`` is announced."""
     return _derive(name, DONE_SUFFIX)

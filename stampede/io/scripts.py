@@ -292,6 +292,76 @@ return reply
 """,
 )
 
+FENCED_READ = Script(
+    "fenced_read",
+    """
+-- KEYS[1] cache key, KEYS[2] epoch key
+-- ARGV none
+-- returns {the cache key's value (nil when absent), the epoch (nil: never invalidated)}
+-- A fenced fill's read once its (outside) lock is won: the epoch it sees is the one its
+-- commit must still find, or a delete() came in between and the load is void.
+return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2])}
+""",
+)
+
+FENCED_COMMIT = Script(
+    "fenced_commit",
+    """
+-- KEYS[1] cache key, KEYS[2] written key, KEYS[3] epoch key
+-- ARGV[1] fencing token, [2] epoch seen when the lock was won ('' for none), [3] record,
+-- [4] ttl ms (0: none, -1: no write), [5] channel, [6] message, [7] "1": the record travels
+-- with the message, [8] ms the written key is kept at least
+-- returns 1 when written (or nothing to write) and the waiters told; 0 when refused: a newer
+-- holder's write already landed (its token is larger), or a delete() voided this load.
+-- The lock lives outside this Redis (Redlock, ZooKeeper), so the write cannot check it here;
+-- it checks the lock's fencing token instead, which only grows from holder to holder.
+local epoch = redis.call('GET', KEYS[3]) or ''
+if epoch ~= ARGV[2] then
+  return 0
+end
+local token = tonumber(ARGV[1])
+local written = tonumber(redis.call('GET', KEYS[2]) or '-1')
+if token < written then
+  return 0
+end
+local ttl = tonumber(ARGV[4])
+if ttl >= 0 then
+  if ttl > 0 then
+    redis.call('SET', KEYS[1], ARGV[3], 'PX', ttl)
+  else
+    redis.call('SET', KEYS[1], ARGV[3])
+  end
+  local keep = math.max(ttl, tonumber(ARGV[8]))
+  if ttl == 0 then
+    redis.call('SET', KEYS[2], ARGV[1])
+  else
+    redis.call('SET', KEYS[2], ARGV[1], 'PX', keep)
+  end
+end
+if ARGV[7] == '1' then
+  redis.call('PUBLISH', ARGV[5], ARGV[6] .. ARGV[3])
+else
+  redis.call('PUBLISH', ARGV[5], ARGV[6])
+end
+return 1
+""",
+)
+
+FENCED_VOID = Script(
+    "fenced_void",
+    """
+-- KEYS[1] epoch key
+-- ARGV[1] wake-up channel, ARGV[2] wake-up message, ARGV[3] ms the epoch key is kept
+-- returns the new epoch
+-- A delete() during a fenced load: the load's commit finds another epoch and writes nothing;
+-- its waiters are sent back to contend for a fresh load.
+local epoch = redis.call('INCR', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PUBLISH', ARGV[1], ARGV[2])
+return epoch
+""",
+)
+
 ALL = (
     ACQUIRE,
     RELEASE,
@@ -305,6 +375,9 @@ ALL = (
     MARK_QUEUED,
     BLOOM_ADD,
     BLOOM_CHECK,
+    FENCED_READ,
+    FENCED_COMMIT,
+    FENCED_VOID,
 )
 
 

@@ -21,11 +21,13 @@ FORBIDDEN = {
     "stampede.core.events": ("redis", "django", "celery"),
     "stampede.core.bloom": ("redis", "django", "celery"),
     "stampede.core.near": ("redis", "django", "celery"),
+    "stampede.core.lockspec": ("redis", "django", "celery"),
     # The Redis I/O, the lock and the filler: redis, never Django or Celery.
     "stampede": ("redis", "django", "celery"),
     "stampede.fill.filler": ("django", "celery"),
     "stampede.fill.store": ("django", "celery"),
     "stampede.fill.near": ("django", "celery"),
+    "stampede.fill.fenced": ("django", "celery"),
     "stampede.io.tracking": ("django", "celery"),
     "stampede.lock.mutex": ("django", "celery"),
     "stampede.lock.guard": ("django", "celery"),

@@ -1,0 +1,150 @@
+"""The store port with fills locked outside the cache's Redis: Redlock or ZooKeeper.
+
+Records, wake-ups and the fence live in the cache's Redis, as in ``RedisStore``; the lock is a
+``Mutex``-like object from ``new_lock(name, ttl)`` (``stampede.Redlock``, ``ZooKeeperLock``).
+
+Rule: the write is fenced. The lock is not in the Redis that takes the write, so no script can
+check "still ours" there. Instead each write carries the lock's fencing token, and one Lua call
+(``FENCED_COMMIT``) refuses it if a write with a newer token already landed. A holder paused
+past its lock (GC, a stopped VM, an expired ZooKeeper session) resumes, writes, and is refused:
+the newer holder's value stays.
+
+Rule: a ``delete()`` during a load voids it: it bumps the key's epoch, which the holder read
+when it won, and the commit finds changed.
+
+Rule: the waiters are told on the cache's Redis, where they listen: the outcome with the write,
+and "released" once the outside lock is free (they contend again if the outcome was not a
+value).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from ..core.envelope import FILLED_WITH_RECORD, INVALIDATED, MISSING, WakeUp, travels_with_wakeup
+from ..core.flight import LockAttempt
+from ..core.keys import CacheKey, done_channel, epoch_key, written_key
+from ..core.options import to_ms
+from ..io import scripts
+from ..lock.rules import RELEASED
+from .store import RedisStore, WakeUps
+
+logger = logging.getLogger(__name__)
+
+#: How long the newest written token and the epoch of a key are kept, at least: longer than
+#: any holder can be paused and still resume to write.
+FENCE_KEEP = 24 * 3600.0
+
+#: ``new_lock(name, ttl)``: a fresh, unheld lock with ``stampede.Mutex``'s interface.
+LockFactory = Callable[[Any, float], Any]
+
+
+class FencedStore(RedisStore):
+    """Records of one cache in Redis; each fill locked by ``new_lock``; every write fenced."""
+
+    def __init__(self, client: Any, new_lock: LockFactory, **serializer: Any) -> None:
+        super().__init__(client, **serializer)
+        self.new_lock = new_lock
+
+    def __repr__(self) -> str:
+        return f"<FencedStore {self.client!r} locks={self.new_lock!r}>"
+
+    def lock(self, key: CacheKey, ttl: float) -> FencedFillLock:  # type: ignore[override]
+        return FencedFillLock(self, key, ttl)
+
+    def invalidate(self, keys: Sequence[CacheKey]) -> None:
+        calls = [
+            ((epoch_key(key.full),), (done_channel(key.full), INVALIDATED, to_ms(FENCE_KEEP)))
+            for key in keys
+        ]
+        scripts.run_many(self.client, scripts.FENCED_VOID, calls)
+
+
+class FencedFillLock:
+    """One flight's hold on an outside lock, its wake-ups and its fenced commit."""
+
+    __slots__ = ("_epoch", "_key", "_mutex", "_store", "_ttl", "_wakeups")
+
+    def __init__(self, store: FencedStore, key: CacheKey, ttl: float) -> None:
+        self._store = store
+        self._key = key
+        self._ttl = ttl
+        self._mutex = store.new_lock(key.full, ttl)
+        self._epoch = b""
+        self._wakeups = WakeUps(store.client, key, store.loads)
+
+    def attempt(self) -> LockAttempt:
+        won, holder_ttl = self._mutex.attempt()
+        if not won:
+            return LockAttempt(False, holder_ttl=holder_ttl)
+        full = self._key.full
+        keys = (full, epoch_key(full))
+        raw, epoch = scripts.run(self._store.client, scripts.FENCED_READ, keys, ())
+        self._epoch = epoch or b""
+        return LockAttempt(True, record=MISSING if raw is None else self._store.loads(raw))
+
+    def peek(self) -> float | None:
+        # How long the holder has left is the outside lock's business; a held lock is waited
+        # for at most its ttl before looking again (its release also wakes us).
+        return self._ttl if self._mutex.locked() else None
+
+    def subscribe(self, timeout: float | None = None) -> None:
+        self._wakeups.subscribe(timeout)
+
+    def wait(self, seconds: float) -> WakeUp:
+        return self._wakeups.wait(seconds)
+
+    def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
+        token = self._mutex.fencing_token
+        if token is None or not self._mutex.token:
+            return False
+        payload = None if record is MISSING else self._store.dumps(record)
+        carried = travels_with_wakeup(outcome, payload)
+        full = self._key.full
+        ttl_ms = -1 if payload is None else (0 if ttl is None else to_ms(ttl))
+        committed = bool(
+            scripts.run(
+                self._store.client,
+                scripts.FENCED_COMMIT,
+                (full, written_key(full), epoch_key(full)),
+                (
+                    token,
+                    self._epoch,
+                    payload or b"",
+                    ttl_ms,
+                    done_channel(full),
+                    FILLED_WITH_RECORD if carried else outcome,
+                    "1" if carried else "0",
+                    to_ms(FENCE_KEEP),
+                ),
+            )
+        )
+        if not committed:
+            logger.warning(
+                "stampede: the write of %r with fencing token %s was refused: a newer holder "
+                "wrote first, or a delete() voided the load",
+                full,
+                token,
+            )
+        self._release()
+        return committed
+
+    def close(self) -> None:
+        self._wakeups.close()
+        if self._mutex.token:
+            self._release()
+
+    def _release(self) -> None:
+        """Free the outside lock, then tell the waiters on the cache's Redis."""
+        try:
+            self._mutex.release()
+        except Exception as exc:  # the lock's own system failed: it expires by itself
+            logger.warning("stampede: releasing the lock of %r failed: %s", self._key.full, exc)
+        try:
+            self._store.client.publish(done_channel(self._key.full), RELEASED)
+        except RedisError as exc:
+            logger.warning("stampede: announcing the release of %r failed: %s", self._key.full, exc)

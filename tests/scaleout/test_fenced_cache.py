@@ -1,0 +1,121 @@
+"""``OPTIONS["LOCK"] = {"REDLOCK": [...]}``: fills locked over 5 independent Redis servers,
+writes fenced on the cache's own Redis (a sixth server)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+
+import pytest
+from django.core.cache import caches
+
+from stampede.core.envelope import FILLED
+from stampede.core.keys import CacheKey
+from stampede.fill.fenced import FencedStore
+from stampede.lock.redlock import Redlock
+from tests.django import workers
+from tests.helpers import run_concurrently
+from tests.scaleout import fenced_workers
+
+SPAWN = multiprocessing.get_context("spawn")
+KEY = "fenced-herd"
+COUNTER = "fenced-loads"
+
+
+def fenced_store(redis, quorum, auto_renew=True) -> FencedStore:
+    servers = quorum.clients
+
+    def new_lock(name, ttl):
+        return Redlock(servers, name, ttl, auto_renew=auto_renew)
+
+    return FencedStore(redis, new_lock)
+
+
+def test_a_paused_holder_cannot_overwrite_a_newer_value(redis, quorum):
+    store = fenced_store(redis, quorum, auto_renew=False)  # a paused holder renews nothing
+    key = CacheKey.of("paused")
+    first = store.lock(key, 0.5)
+    assert first.attempt().won
+    time.sleep(0.8)  # paused past its lock: gone on every server
+    second = store.lock(key, 5)
+    assert second.attempt().won
+    assert second.commit(FILLED, "newer", 60)
+    assert not first.commit(FILLED, "older", 60)  # resumes and writes: refused
+    first.close()
+    assert store.read(key) == "newer"
+    assert [client.keys("*lock*") for client in quorum.clients] == [[]] * 5
+
+
+def test_a_delete_during_a_load_voids_its_write(redis, quorum):
+    store = fenced_store(redis, quorum)
+    key = CacheKey.of("deleted")
+    holder = store.lock(key, 5)
+    assert holder.attempt().won
+    store.invalidate([key])
+    assert not holder.commit(FILLED, "stale", 60)
+    holder.close()
+    assert redis.get("deleted") is None
+    again = store.lock(key, 5)
+    assert again.attempt().won and again.commit(FILLED, "fresh", 60)
+    assert store.read(key) == "fresh"
+
+
+def cache_setting(redis_url, quorum, **options):
+    return workers.caches_config(redis_url, LOCK={"REDLOCK": quorum.urls}, **options)
+
+
+@pytest.mark.slow
+def test_cold_stampede_over_redlock_loads_once(redis, redis_url, quorum):
+    setting = cache_setting(redis_url, quorum)
+    arrived, everyone = SPAWN.Value("i", 0), SPAWN.Event()
+    callers = 4 * 8
+    results = run_concurrently(
+        workers.get_or_set_together,
+        4,
+        8,
+        setting,
+        redis_url,
+        KEY,
+        COUNTER,
+        "built",
+        0.2,
+        arrived,
+        everyone,
+        callers,
+    )
+    assert results == [("ok", ("value", "built"))] * callers
+    assert int(redis.get(COUNTER)) == 1
+
+
+@pytest.mark.slow
+def test_a_paused_process_holding_the_fill_cannot_overwrite(settings, redis, redis_url, quorum):
+    setting = cache_setting(redis_url, quorum, LOCK_TTL=1)
+    settings.CACHES = setting
+    started, results = SPAWN.Event(), SPAWN.Queue()
+    holder = SPAWN.Process(
+        target=fenced_workers.hold, args=(setting, "paused", started, results), daemon=True
+    )
+    holder.start()
+    try:
+        assert started.wait(60)
+        os.kill(holder.pid, signal.SIGSTOP)
+        time.sleep(2.0)  # twice LOCK_TTL: its Redlock keys expire, no renewal comes
+        cache = caches["default"]
+        assert cache.get_or_load("paused", lambda: "newer holder", 300) == "newer holder"
+        os.kill(holder.pid, signal.SIGCONT)
+        assert results.get(timeout=60) == ("value", "paused holder")  # its caller's own
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        holder.join(30)
+    assert cache.get("paused") == "newer holder"
+    assert cache.get_or_load("paused", lambda: "unused", 300) == "newer holder"
+
+
+def test_cache_lock_is_a_redlock(settings, redis_url, quorum):
+    settings.CACHES = cache_setting(redis_url, quorum)
+    lock = caches["default"].lock("report", ttl=5)
+    assert isinstance(lock, Redlock)
+    with lock:
+        assert lock.owned() and lock.fencing_token

@@ -1,0 +1,77 @@
+"""``OPTIONS["LOCK"] = {"ZOOKEEPER": ...}``: fills locked in ZooKeeper, writes fenced by the
+lock znode's czxid on the cache's Redis."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import pytest
+from django.core.cache import caches
+
+from stampede.contrib.zookeeper import ZooKeeperLock
+from stampede.core.envelope import FILLED
+from stampede.core.keys import CacheKey
+from stampede.fill.fenced import FencedStore
+from tests.django import workers
+from tests.helpers import run_concurrently
+
+SPAWN = multiprocessing.get_context("spawn")
+
+
+def test_a_holder_that_lost_its_session_cannot_overwrite(redis, zk_hosts, zk, name):
+    lost = []
+
+    def new_lock(lock_name, ttl):
+        return ZooKeeperLock(zk_hosts, lock_name, ttl, path=f"/{name}", on_lost=lost.append)
+
+    store = FencedStore(redis, new_lock)
+    key = CacheKey.of("zk-paused")
+    first = store.lock(key, 5)
+    assert first.attempt().won
+    zk.delete(first._mutex.token)  # its session's znode gone, as when the session expires
+    assert first._mutex.owned() is False and len(lost) == 1  # told once
+    second = store.lock(key, 5)
+    assert second.attempt().won
+    assert second._mutex.fencing_token > first._mutex.fencing_token
+    assert second.commit(FILLED, "newer", 60)
+    assert not first.commit(FILLED, "older", 60)
+    first.close()
+    assert store.read(key) == "newer"
+
+
+def cache_setting(redis_url, zk_hosts, name):
+    return workers.caches_config(redis_url, LOCK={"ZOOKEEPER": zk_hosts, "PATH": f"/{name}"})
+
+
+@pytest.mark.slow
+def test_cold_stampede_over_zookeeper_loads_once(redis, redis_url, zk_hosts, name):
+    setting = cache_setting(redis_url, zk_hosts, name)
+    arrived, everyone = SPAWN.Value("i", 0), SPAWN.Event()
+    callers = 4 * 6
+    results = run_concurrently(
+        workers.get_or_set_together,
+        4,
+        6,
+        setting,
+        redis_url,
+        "zk-herd",
+        "zk-loads",
+        "built",
+        0.2,
+        arrived,
+        everyone,
+        callers,
+    )
+    assert results == [("ok", ("value", "built"))] * callers
+    assert int(redis.get("zk-loads")) == 1
+
+
+def test_cache_lock_is_a_zookeeper_lock(settings, redis_url, zk_hosts, name):
+    settings.CACHES = cache_setting(redis_url, zk_hosts, name)
+    cache = caches["default"]
+    lock = cache.lock("report", ttl=5)
+    assert isinstance(lock, ZooKeeperLock)
+    with lock:
+        assert lock.owned() and lock.fencing_token
+    assert cache.get_or_load("zk-once", lambda: "loaded", 60) == "loaded"
+    assert cache.get_or_load("zk-once", lambda: "again", 60) == "loaded"
