@@ -308,11 +308,12 @@ FENCED_COMMIT = Script(
     "fenced_commit",
     """
 -- KEYS[1] cache key, KEYS[2] written key, KEYS[3] epoch key
--- ARGV[1] fencing token, [2] epoch seen when the lock was won ('' for none), [3] record,
--- [4] ttl ms (0: none, -1: no write), [5] channel, [6] message, [7] "1": the record travels
--- with the message, [8] ms the written key is kept at least
+-- ARGV[1] token, [2] epoch, [3] record, [4] ttl ms, [5] channel, [6] message, [7] flag, [8] keep
 -- returns 1 when written (or nothing to write) and the waiters told; 0 when refused: a newer
 -- holder's write already landed (its token is larger), or a delete() voided this load.
+-- ARGV[2] is the epoch seen when the lock was won ('' for none); ARGV[4] 0: no expiry,
+-- -1: no write; ARGV[7] "1": the record travels with the message; ARGV[8]: how long the
+-- written key is kept at least.
 -- The lock lives outside this Redis (Redlock, ZooKeeper), so the write cannot check it here;
 -- it checks the lock's fencing token instead, which only grows from holder to holder.
 local epoch = redis.call('GET', KEYS[3]) or ''
