@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import charts, measure, plan, report, runner, targets
-from .implementations import ADAPTERS
+from .implementations import ADAPTERS, in_scenario
 from .workload import control_every
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
@@ -191,8 +191,9 @@ def run_all(specs: list[plan.RunSpec], client: Any) -> dict[str, dict]:
 def _add_not_run(results: dict, scenarios: list[str], impls: list[str], not_run: dict) -> None:
     for scenario in scenarios:
         sizes = results.setdefault(scenario, {})
+        rows = [impl for impl in impls if in_scenario(impl, scenario)]
         for impls_here in sizes.values() or [sizes.setdefault("-", {})]:
-            ordered = {impl: impls_here.get(impl, {"not_run": not_run.get(impl)}) for impl in impls}
+            ordered = {impl: impls_here.get(impl, {"not_run": not_run.get(impl)}) for impl in rows}
             impls_here.clear()
             impls_here.update(ordered)
 
@@ -217,7 +218,11 @@ def main(argv: list[str] | None = None) -> int:
             f"Redis {about['redis_server']} at {server.url}; {about['nproc']} x {about['cpu']}; "
             f"Python {about['python']}; medians of {settings.repeat} repetition(s)"
         )
-        specs = plan.runs(settings, scenarios, runnable, server.url)
+        specs = [
+            spec
+            for spec in plan.runs(settings, scenarios, runnable, server.url)
+            if in_scenario(spec.impl, spec.scenario)
+        ]
         if args.profile:
             specs = [dataclasses.replace(s, profile_dir=str(args.profile)) for s in specs]
         started = time.monotonic()

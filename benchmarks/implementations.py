@@ -3,7 +3,9 @@
 Every adapter has one interface, built once per process: ``get_or_set(key, loader, timeout)``
 (a coroutine function when ``asynchronous`` is True: cashews is an asyncio library, so its
 clients are tasks on one event loop per process, as its users run it). ``loader`` is a
-``workload.KeyLoader``: call it (sync) or await ``loader.acall()`` (async).
+``workload.KeyLoader``: call it (sync) or await ``loader.acall()`` (async). Before the start,
+``warm(key)`` (sync) waits for what a long-running process would hold (the near cache's
+copy); ``scenarios`` limits an adapter to the scenarios it is a row of.
 
 Rule: child-side module; imports Django and the libraries lazily, in ``setup()``, so that the
 parent can list what is not installed without importing any of them.
@@ -13,9 +15,15 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import time
 from typing import Any
 
 NAIVE_ALIAS = "naive"
+#: ``OPTIONS["NEAR_CACHE"]`` of the near-cache rows: the documented example.
+NEAR_CACHE = {"MAXSIZE": 10_000, "TTL": 1.0}
+#: How long a warm-up may wait for this process's near copy of a key (tracking armed, kept).
+NEAR_WARM_S = 10.0
+_ABSENT: Any = object()  # cache.get's default: None is a value a cache may hold
 
 
 def configure_django(url: str, grace: float) -> None:
@@ -39,6 +47,11 @@ def configure_django(url: str, grace: float) -> None:
                 "LOCATION": NAIVE_ALIAS,
                 "OPTIONS": {"GRACE": grace},
             },
+            "stampede-near": {
+                "BACKEND": "stampede.backends.StampedeCache",
+                "LOCATION": NAIVE_ALIAS,
+                "OPTIONS": {"NEAR_CACHE": NEAR_CACHE},
+            },
             "redis-lock": {
                 "BACKEND": "redis_lock.django_cache.RedisCache",
                 "LOCATION": url,
@@ -54,6 +67,7 @@ class Adapter:
     label = ""
     requires: tuple[str, ...] = ()
     asynchronous = False
+    scenarios: tuple[str, ...] | None = None  # the scenarios it has a row in (None: all)
 
     def __init__(self, url: str, grace: float) -> None:
         self.url = url
@@ -69,6 +83,13 @@ class Adapter:
 
     def setup(self) -> None:
         """Build the client objects in this process (Django is already configured)."""
+
+    def warm(self, key: str) -> None:
+        """Return once ``key``, already filled, is served as a long-running process serves it.
+
+        Called before the start barrier, after the warm-up's ``get_or_set``; nothing to wait
+        for unless the implementation keeps per-process state that arrives later.
+        """
 
 
 class _Django(Adapter):
@@ -104,6 +125,53 @@ class StampedeGrace(Stampede):
 
     name, label = "stampede-grace", "stampede GRACE={grace:g}"
     alias = "stampede-grace"
+
+
+class StampedeNear(Stampede):
+    """``StampedeCache`` with ``OPTIONS["NEAR_CACHE"]``: hits served from this process's copy."""
+
+    name, label = "stampede-near", "stampede NEAR_CACHE"
+    alias = "stampede-near"
+
+    def warm(self, key: str) -> None:
+        keep_near_copy(self._caches[self.alias], key)
+
+
+class StampedeNearGet(StampedeNear):
+    """The same cache read with ``cache.get(key)``, ``get_or_set`` only on a miss.
+
+    Hit scenario only: how code that reads with ``get`` is served by the near cache. A churn
+    row would measure ``get_or_set``'s protocol again, which ``stampede-near`` already does.
+    """
+
+    name, label = "stampede-near-get", "stampede NEAR_CACHE, get"
+    scenarios = ("hit",)
+
+    def get_or_set(self, key: str, loader: Any, timeout: float) -> Any:
+        value = self._caches[self.alias].get(key, _ABSENT)
+        if value is _ABSENT:
+            return super().get_or_set(key, loader, timeout)
+        return value
+
+
+def keep_near_copy(cache: Any, key: str, within: float = NEAR_WARM_S) -> Any:
+    """Read ``key`` until this process keeps a near copy of it; return the value last read.
+
+    A copy is kept only once Redis reports writes (tracking armed), and not by a read that may
+    have raced the report of a write, this process's own fill included: so read until one is.
+
+    Raises:
+        TimeoutError: no copy was kept within ``within`` seconds (tracking never armed).
+    """
+    near, full = cache.near.near, cache.make_key(key)
+    deadline = time.monotonic() + within
+    value = cache.get(key)
+    while near.lookup(full) is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no near copy of {key!r} kept within {within:g} s ({near!r})")
+        time.sleep(0.001)  # lets the tracking thread arm the cache, or apply its report
+        value = cache.get(key)
+    return value
 
 
 class RedisLock(_Django):
@@ -207,13 +275,29 @@ class CashewsEarly(_Cashews):
 
 ADAPTERS: dict[str, type[Adapter]] = {
     cls.name: cls
-    for cls in (Naive, Stampede, StampedeGrace, RedisLock, Dogpile, CashewsLock, CashewsEarly)
+    for cls in (
+        Naive,
+        Stampede,
+        StampedeGrace,
+        StampedeNear,
+        StampedeNearGet,
+        RedisLock,
+        Dogpile,
+        CashewsLock,
+        CashewsEarly,
+    )
 }
 
 
 def label(name: str, grace: float) -> str:
     """Return the display label of adapter ``name``."""
     return ADAPTERS[name].label.format(grace=grace)
+
+
+def in_scenario(name: str, scenario: str) -> bool:
+    """Return whether adapter ``name`` has a row in ``scenario``."""
+    scenarios = ADAPTERS[name].scenarios
+    return scenarios is None or scenario in scenarios
 
 
 def create(name: str, url: str, grace: float) -> Adapter:

@@ -28,7 +28,13 @@ def _row(results: dict, scenario: str, impl: str, size: str | None = None) -> di
 
 def check(results: dict[str, Any], settings: Settings) -> list[Check]:
     """Return every target check that this invocation's scenarios can answer."""
-    return [*_cold(results, settings), *_churn(results), *_hit(results), *_scale(results)]
+    return [
+        *_cold(results, settings),
+        *_churn(results),
+        *_hit(results),
+        *_near(results),
+        *_scale(results),
+    ]
 
 
 def _cold(results: dict, settings: Settings) -> list[Check]:
@@ -73,25 +79,11 @@ def _churn(results: dict) -> list[Check]:
     checks: list[Check] = []
     plain, grace = _row(results, "churn", "stampede"), _row(results, "churn", "stampede-grace")
     if plain is not None:
-        value = plain["loads_per_window"]
-        spread = f"{plain['loads_per_window_min']:.3f}-{plain['loads_per_window_max']:.3f}"
-        checks.append(
-            (
-                "churn: 1.00 loads per key per expiry without grace",
-                f"{value:.3f} (runs {spread})",
-                round(value, 2) <= 1.00,
-            )
-        )
+        target = "churn: 1.00 loads per key per expiry without grace"
+        checks.append(_loads_per_expiry(target, plain))
     if grace is not None:
-        value = grace["loads_per_window"]
-        spread = f"{grace['loads_per_window_min']:.3f}-{grace['loads_per_window_max']:.3f}"
-        checks.append(
-            (
-                "churn: <= 1.02 loads per key per expiry with grace",
-                f"{value:.3f} (runs {spread})",
-                round(value, 2) <= 1.02,
-            )
-        )
+        target = "churn: <= 1.02 loads per key per expiry with grace"
+        checks.append(_loads_per_expiry(target, grace, bound=1.02))
         # The hit latency under the same load: control hits on a key that stays warm for the
         # whole run, made by the same clients between their churn calls (see measure.py).
         p99, hit_p99 = grace["p99_ms"], grace.get("hit_p99_ms", math.nan)
@@ -116,6 +108,12 @@ def _churn(results: dict) -> list[Check]:
     return checks or [("churn targets", "churn not run for stampede", None)]
 
 
+def _loads_per_expiry(target: str, row: dict, bound: float = 1.00) -> Check:
+    value = row["loads_per_window"]
+    spread = f"{row['loads_per_window_min']:.3f}-{row['loads_per_window_max']:.3f}"
+    return target, f"{value:.3f} (runs {spread})", round(value, 2) <= bound
+
+
 def _hit(results: dict) -> list[Check]:
     row = _row(results, "hit", "stampede")
     if row is None:
@@ -127,6 +125,26 @@ def _hit(results: dict) -> list[Check]:
             row["ratio"] <= 0.55,
         )
     ]
+
+
+def _near(results: dict) -> list[Check]:
+    """The near cache: hits at a twentieth of a round trip, and the same one load per expiry."""
+    checks: list[Check] = []
+    for impl, call in (("stampede-near-get", "get"), ("stampede-near", "get_or_set")):
+        row = _row(results, "hit", impl)
+        if row is not None:
+            checks.append(
+                (
+                    f"hit, NEAR_CACHE {call}: <= 0.05 x raw RedisCache.get",
+                    f"{row['ratio']:.3f} ({row['us_op']:.1f} us vs {row['raw_us_op']:.1f} us)",
+                    row["ratio"] <= 0.05,
+                )
+            )
+    churn = _row(results, "churn", "stampede-near")
+    if churn is not None:
+        target = "churn with NEAR_CACHE: 1.00 loads per key per expiry, as without"
+        checks.append(_loads_per_expiry(target, churn))
+    return checks or [("near cache targets", "hit and churn not run for stampede-near", None)]
 
 
 def _scale(results: dict) -> list[Check]:

@@ -8,8 +8,8 @@ timed blocks. Plans are shared by the thread driver (sync adapters: T threads pe
 asyncio driver (async adapters: T tasks on one loop per process), so every implementation runs
 the same calls; only the waiting differs.
 
-Rule: warm-up happens before the start barrier (connections, scripts, listeners), so the
-measured calls are those of a long-running process, and nothing here talks to Redis besides
+Rule: warm-up happens before the start barrier (connections, scripts, listeners, near copies),
+so the measured calls are those of a long-running process, and nothing here talks to Redis besides
 the implementation under test and the raw baseline.
 """
 
@@ -334,9 +334,11 @@ class Process:
         spec = self.spec
         try:
             self.adapter.get_or_set(self.warm[0], self.warm_loader, spec.timeout)
+            self.adapter.warm(self.warm[0])
             if self.control is not None:
                 control = self.control, self.control_loader, CONTROL_TIMEOUT
                 self._check_control(self.adapter.get_or_set(*control))
+                self.adapter.warm(self.control)
             if spec.scenario == "hit":
                 self.raw.set(self.warm[1], (self.warm[1], time.time()), spec.timeout)
         except Exception as exc:
@@ -376,9 +378,11 @@ class Process:
         spec = self.spec
         try:
             await self.adapter.get_or_set(self.warm[0], self.warm_loader, spec.timeout)
+            self.adapter.warm(self.warm[0])
             if self.control is not None:
                 control = self.control, self.control_loader, CONTROL_TIMEOUT
                 self._check_control(await self.adapter.get_or_set(*control))
+                self.adapter.warm(self.control)
             if spec.scenario == "hit":
                 self.raw.set(self.warm[1], (self.warm[1], time.time()), spec.timeout)
         except Exception as exc:

@@ -1,4 +1,5 @@
-"""Smoke tests of the soak's lock audit and of the loop-gap benchmark.
+"""Smoke tests of the soak's lock audit, of the loop-gap and near-cache benchmarks, and of
+the harness's small helpers.
 
 The audit (``benchmarks.soak.Auditor``) replays a real MONITOR stream: here it watches a real
 redis-server while the library's own Lua scripts take, renew, commit and release locks, and
@@ -9,6 +10,7 @@ on correct use and that it counts a real foreign release are shown.
 from __future__ import annotations
 
 import json
+import math
 import pickle
 import secrets
 import subprocess
@@ -19,7 +21,8 @@ from pathlib import Path
 import pytest
 import redis as redis_py
 
-from benchmarks import soak
+from benchmarks import near, soak
+from benchmarks.implementations import ADAPTERS, in_scenario
 from stampede.core.envelope import Envelope
 from stampede.core.keys import done_channel, lock_key
 from stampede.io import scripts
@@ -130,3 +133,30 @@ def test_loopgap_runs_and_its_control_sees_a_stall(tmp_path):
         "django aget_or_set, sync loader",
         "aio.Filler, sync loader",
     }
+
+
+def test_near_summary_is_median_and_nearest_rank_p99():
+    figures = near.summarize([3.0, 1.0, 2.0, 100.0])
+    assert figures == {"writes": 4, "median_ms": 2.5, "p99_ms": 100.0, "max_ms": 100.0}
+    empty = near.summarize([])
+    assert empty["writes"] == 0
+    assert all(math.isnan(empty[name]) for name in ("median_ms", "p99_ms", "max_ms"))
+
+
+def test_the_near_get_row_is_a_hit_row_only_and_the_others_run_everywhere():
+    assert in_scenario("stampede-near-get", "hit")
+    assert not in_scenario("stampede-near-get", "churn")
+    others = [name for name in ADAPTERS if name != "stampede-near-get"]
+    assert all(in_scenario(name, scenario) for name in others for scenario in ("cold", "churn"))
+
+
+@pytest.mark.timeout(120)
+def test_near_latency_runs_and_the_reader_sees_every_write(tmp_path):
+    out = tmp_path / "near.json"
+    command = [sys.executable, "-m", "benchmarks.near", "--writes", "20", "--json", str(out)]
+    subprocess.run(command, cwd=ROOT, check=False, capture_output=True, timeout=110)
+    result = json.loads(out.read_text())
+    assert result["figures"]["writes"] == 20
+    assert result["wrong_values"] == 0
+    # A copy that Redis's report did not drop would be served until its TTL (1 s).
+    assert result["figures"]["max_ms"] < 1000 * result["settings"]["near_cache"]["TTL"]
