@@ -21,7 +21,7 @@ async def read(reads: NearReads, store: RedisStore, key: CacheKey) -> Any:
     if record is not MISSING:
         return record
     stamp = reads.begin()
-    return reads.keep(key.full, await store.read_raw(key.full), stamp)
+    return reads.keep(key.full, await store.read_near(key.full), stamp)
 
 
 async def read_many(reads: NearReads, store: RedisStore, fulls: Sequence[Any]) -> dict[Any, Any]:
@@ -29,5 +29,5 @@ async def read_many(reads: NearReads, store: RedisStore, fulls: Sequence[Any]) -
     found, missing = reads.split(fulls)
     if missing:
         stamp = reads.begin()
-        reads.keep_many(found, missing, await store.read_many_raw(missing), stamp)
+        reads.keep_many(found, missing, await store.read_many_near(missing), stamp)
     return found

@@ -51,12 +51,20 @@ class RedisStore:
         raw = await self.client.get(key.full)
         return MISSING if raw is None else self.loads(raw)
 
-    async def read_raw(self, full: Any) -> bytes | None:
-        """Async twin of :meth:`stampede.fill.store.RedisStore.read_raw`."""
-        return await self.client.get(full)  # type: ignore[no-any-return]
+    async def read_near(self, full: Any) -> tuple[bytes | None, int]:
+        """Async twin of :meth:`stampede.fill.store.RedisStore.read_near`."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.get(full).pttl(full)
+        raw, pttl = await pipe.execute()
+        return raw, int(pttl)
 
-    async def read_many_raw(self, fulls: Sequence[Any]) -> list[bytes | None]:
-        return await self.client.mget(fulls)  # type: ignore[no-any-return]
+    async def read_many_near(self, fulls: Sequence[Any]) -> list[tuple[bytes | None, int]]:
+        """Async twin of :meth:`stampede.fill.store.RedisStore.read_many_near`."""
+        pipe = self.client.pipeline(transaction=False)
+        for full in fulls:  # no MGET: on a cluster the keys may live on several nodes
+            pipe.get(full).pttl(full)
+        replies = await pipe.execute()
+        return [(raw, int(pttl)) for raw, pttl in zip(replies[::2], replies[1::2], strict=True)]
 
     def lock(self, key: CacheKey, ttl: float) -> RedisFillLock:
         return RedisFillLock(self, key, ttl)

@@ -13,6 +13,10 @@ Rule: nothing is kept unless Redis is reporting writes (``armed``). Losing the r
 again, only once Redis confirms the reports are flowing on a new connection. A connection that
 dies silently is not noticed at once: ``TTL`` bounds how long a copy can outlive its value.
 
+Rule: a copy dies with its key. Redis reports an expiry only when it deletes the key, which
+for an idle key (and a near-cached key is idle in Redis) may be long after its time: so each
+copy carries its key's own deadline, read with it (``PTTL``), as well as ``TTL``.
+
 Rule: a read that raced an invalidation does not store what it read. A reader takes a stamp
 before its ``GET`` and stores the reply only if no invalidation of that key (and no flush)
 happened since; otherwise this timeline would keep a stale copy until ``TTL``::
@@ -31,7 +35,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from cachetools import TTLCache
 
@@ -40,6 +44,18 @@ from . import options as conf
 #: How many recent invalidations a near cache remembers for racing readers (see ``admit``).
 #: A reader whose stamp is older than the oldest one remembered simply does not store.
 TOMBSTONES = 4096
+
+
+class Stamp(NamedTuple):
+    """What a reader notes before it reads Redis: the invalidation count, and the time."""
+
+    epoch: int
+    at: float
+
+
+class _Copy(NamedTuple):
+    raw: bytes
+    deadline: float | None  # the key's own expiry, on the near cache's clock (None: none)
 
 
 @dataclass(frozen=True)
@@ -100,7 +116,8 @@ class NearCache:
     def __init__(
         self, maxsize: int, ttl: float, *, timer: Callable[[], float] = time.monotonic
     ) -> None:
-        self._entries: TTLCache[Any, bytes] = TTLCache(maxsize, ttl, timer)
+        self._timer = timer
+        self._entries: TTLCache[Any, _Copy] = TTLCache(maxsize, ttl, timer)
         self._lock = threading.Lock()
         #: Counts invalidations and flushes; a reader's stamp is its value before the read.
         self._epoch = 0
@@ -131,24 +148,36 @@ class NearCache:
         return float(self._entries.ttl)
 
     def lookup(self, key: Any) -> bytes | None:
-        """Return the copy of ``key``, or None."""
+        """Return the copy of ``key``, or None (none kept, or its key's time is up)."""
         with self._lock:
-            return self._entries.get(key)
+            copy = self._entries.get(key)
+            if copy is None:
+                return None
+            if copy.deadline is not None and self._timer() >= copy.deadline:
+                del self._entries[key]
+                return None
+            return copy.raw
 
-    def stamp(self) -> int | None:
+    def stamp(self) -> Stamp | None:
         """Return the stamp a reader takes before reading Redis; None: do not store."""
-        return self._epoch if self._armed else None
+        return Stamp(self._epoch, self._timer()) if self._armed else None
 
-    def admit(self, key: Any, raw: bytes, stamp: int | None) -> None:
-        """Keep ``raw`` as the copy of ``key`` unless it may be stale (see the module rule)."""
+    def admit(self, key: Any, raw: bytes, stamp: Stamp | None, ttl: float | None) -> None:
+        """Keep ``raw`` as the copy of ``key`` unless it may be stale (see the module rules).
+
+        ``ttl``: the seconds the key had left when read (Redis's ``PTTL``), None if it has no
+        expiry; counted from the stamp, taken before the read, so never too late.
+        """
         if stamp is None:
             return
+        epoch = stamp.epoch
+        deadline = None if ttl is None else stamp.at + ttl
         with self._lock:
-            if not self._armed or stamp < self._forgotten:
+            if not self._armed or epoch < self._forgotten:
                 return
-            if stamp != self._epoch and self._tombstones.get(key, -1) > stamp:
+            if epoch != self._epoch and self._tombstones.get(key, -1) > epoch:
                 return
-            self._entries[key] = raw
+            self._entries[key] = _Copy(raw, deadline)
 
     def invalidate(self, keys: Iterable[Any]) -> None:
         """Drop the copies of ``keys``: written, deleted or expired in Redis, or by us."""

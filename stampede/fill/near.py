@@ -17,7 +17,7 @@ from typing import Any
 from ..core.envelope import MISSING
 from ..core.flight import Clock, Verdict, judge, value_of
 from ..core.keys import CacheKey
-from ..core.near import NearCache
+from ..core.near import NearCache, Stamp
 from ..core.options import FillOptions
 from ..io.tracking import tracker_for
 from .chain import loading
@@ -27,14 +27,13 @@ from .store import RedisStore
 class NearReads:
     """A near cache of ``store``'s records under ``prefix``, kept true by Redis's reports."""
 
-    __slots__ = ("_get", "loads", "near", "prefix", "store")
+    __slots__ = ("loads", "near", "prefix", "store")
 
     def __init__(self, near: NearCache, store: RedisStore, prefix: str) -> None:
         self.near = near
         self.store = store
         self.prefix = prefix
         self.loads = store.loads
-        self._get = store.read_raw
 
     def __repr__(self) -> str:
         return f"<NearReads {self.prefix!r} {self.near!r}>"
@@ -56,7 +55,7 @@ class NearReads:
             return value_of(copy)
         return MISSING
 
-    def begin(self) -> int | None:
+    def begin(self) -> Stamp | None:
         """Return the stamp to take before reading Redis (None: keep nothing; see the rule)."""
         stamp = self.near.stamp()
         if stamp is None:
@@ -65,11 +64,14 @@ class NearReads:
             tracker_for(self.store.client).track(self.prefix, self.near)
         return stamp
 
-    def keep(self, full: Any, raw: bytes | None, stamp: int | None) -> Any:
-        """Keep what Redis returned for ``full`` if it may be kept; return it loaded."""
+    def keep(self, full: Any, reply: tuple[bytes | None, int], stamp: Stamp | None) -> Any:
+        """Keep what Redis returned for ``full`` (its bytes and its ``PTTL``) if it may be
+        kept; return it loaded."""
+        raw, pttl = reply
         if raw is None:
             return MISSING
-        self.near.admit(full, raw, stamp)
+        if pttl != -2:  # -2: gone between the GET and the PTTL
+            self.near.admit(full, raw, stamp, None if pttl < 0 else pttl / 1000)
         return self.loads(raw)
 
     def read(self, key: CacheKey) -> Any:
@@ -78,14 +80,14 @@ class NearReads:
         if record is not MISSING:
             return record
         stamp = self.begin()
-        return self.keep(key.full, self._get(key.full), stamp)
+        return self.keep(key.full, self.store.read_near(key.full), stamp)
 
     def read_many(self, fulls: Sequence[Any]) -> dict[Any, Any]:
         """Return ``{full key: record}`` of those of ``fulls`` that exist: one ``MGET`` at most."""
         found, missing = self.split(fulls)
         if missing:
             stamp = self.begin()
-            self.keep_many(found, missing, self.store.read_many_raw(missing), stamp)
+            self.keep_many(found, missing, self.store.read_many_near(missing), stamp)
         return found
 
     def split(self, fulls: Sequence[Any]) -> tuple[dict[Any, Any], list[Any]]:
@@ -101,10 +103,10 @@ class NearReads:
         return found, missing
 
     def keep_many(
-        self, found: dict[Any, Any], fulls: list[Any], raws: Sequence[Any], stamp: int | None
+        self, found: dict[Any, Any], fulls: list[Any], replies: Sequence[Any], stamp: Stamp | None
     ) -> None:
-        for full, raw in zip(fulls, raws, strict=True):
-            record = self.keep(full, raw, stamp)
+        for full, reply in zip(fulls, replies, strict=True):
+            record = self.keep(full, reply, stamp)
             if record is not MISSING:
                 found[full] = record
 

@@ -51,12 +51,21 @@ class RedisStore:
         raw = self._get(key.full)
         return MISSING if raw is None else self.loads(raw)
 
-    def read_raw(self, full: Any) -> bytes | None:
-        """Return the bytes stored at ``full`` (None if absent): what a near cache keeps."""
-        return self._get(full)  # type: ignore[no-any-return]
+    def read_near(self, full: Any) -> tuple[bytes | None, int]:
+        """Return what a near cache keeps of ``full``: its bytes (None if absent) and its
+        ``PTTL`` in ms (-1: no expiry), in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.get(full).pttl(full)
+        raw, pttl = pipe.execute()
+        return raw, int(pttl)
 
-    def read_many_raw(self, fulls: Sequence[Any]) -> list[bytes | None]:
-        return self.client.mget(fulls)  # type: ignore[no-any-return]
+    def read_many_near(self, fulls: Sequence[Any]) -> list[tuple[bytes | None, int]]:
+        """:meth:`read_near` of each of ``fulls``, in one round trip."""
+        pipe = self.client.pipeline(transaction=False)
+        for full in fulls:  # no MGET: on a cluster the keys may live on several nodes
+            pipe.get(full).pttl(full)
+        replies = pipe.execute()
+        return [(raw, int(pttl)) for raw, pttl in zip(replies[::2], replies[1::2], strict=True)]
 
     def lock(self, key: CacheKey, ttl: float) -> RedisFillLock:
         return RedisFillLock(self, key, ttl)
