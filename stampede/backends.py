@@ -47,13 +47,15 @@ from .fill.fenced import FencedStore
 from .fill.filler import Filler
 from .fill.near import NearReads
 from .fill.store import RedisStore
+from .io import sentinel
 from .lock.mutex import Mutex
 
 _BACKEND_OPTIONS = ("LOCK_URL", "NEAR_CACHE", "LOCK")
 #: ``get_or_load``'s ``default`` when none is given: ``bloom=`` raises ``NotFound``.
 NOT_FOUND: Any = object()
-#: What ``OPTIONS["LOCK_URL"]`` may start with (redis-py's ``from_url`` schemes).
-REDIS_URL_SCHEMES = lockspec.REDIS_URL_SCHEMES
+#: What ``OPTIONS["LOCK_URL"]`` may start with: redis-py's ``from_url`` schemes, and Sentinel
+#: URLs (``redis+sentinel://host:port,host:port/<service>/<db>``).
+REDIS_URL_SCHEMES = lockspec.REDIS_URL_SCHEMES + sentinel.SCHEMES
 # The largest timeout that is a float; a larger int (10**400) is checked, and refused.
 _LARGEST = sys.float_info.max
 _PLAIN_NUMBERS = (int, float)  # exactly: bool is an int, and True is no timeout

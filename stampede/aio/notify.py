@@ -12,20 +12,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from typing import Any
 
+from redis.exceptions import AskError, MovedError, RedisError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..io.channels import (
+    PLAIN,
+    SHARDED,
     ChannelBook,
     ConnectTimeouts,
+    PubSubCommands,
     channel_name,
     listener_connection_kwargs,
     raised_again,
 )
-from ..io.clients import connection_pool_of
+from ..io.clients import connection_pool_of, is_cluster
+from ..io.cluster import PAUSE
 from ..io.notify import ACK_TIMEOUT
 from .loops import loop_state
 
@@ -35,13 +40,14 @@ logger = logging.getLogger(__name__)
 class Subscription:
     """Async twin of :class:`stampede.io.notify.Subscription`."""
 
-    __slots__ = ("_event", "_notifier", "channel", "message")
+    __slots__ = ("_event", "_notifier", "channel", "message", "revoked")
 
     def __init__(self, notifier: Notifier, channel: bytes) -> None:
         self._notifier = notifier
         self._event = asyncio.Event()
         self.channel = channel
         self.message: bytes | None = None
+        self.revoked = False
 
     async def wait(self, timeout: float | None) -> bool:
         try:
@@ -56,6 +62,10 @@ class Subscription:
         self.message = message
         self._event.set()
 
+    def _revoke(self) -> None:
+        self.revoked = True
+        self._wake(None)
+
     async def close(self) -> None:
         await self._notifier._unsubscribe(self)
 
@@ -69,11 +79,17 @@ class Subscription:
 class Notifier:
     """Async twin of :class:`stampede.io.notify.Notifier` (a listener task, not a thread)."""
 
-    def __init__(self, connection_class: type, connection_kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        connection_class: type,
+        connection_kwargs: dict[str, Any],
+        commands: PubSubCommands = PLAIN,
+    ) -> None:
         self._connection_class = connection_class
         self._connection_kwargs = listener_connection_kwargs(connection_class, connection_kwargs)
         self._timeouts = ConnectTimeouts.of_pool(connection_class, connection_kwargs)
-        self._book = ChannelBook(asyncio.Event)
+        self._commands = commands
+        self._book = ChannelBook(asyncio.Event, commands)
         self._connection: Any = None
         self._connecting = False  # a task is connecting: nobody else may (one at a time)
         self._attempt_ended = asyncio.Event()  # set when that connect ends, either way
@@ -121,7 +137,7 @@ class Notifier:
             self._book.adopt(name, episode)
             if self._connection is not None:
                 try:
-                    await self._send("SUBSCRIBE", name, episode)
+                    await self._send(self._commands.subscribe, name, episode)
                 except BaseException:
                     self._book.leave(name, subscription)
                     raise
@@ -135,7 +151,7 @@ class Notifier:
         if not self._book.leave(subscription.channel, subscription) or self._connection is None:
             return
         try:
-            await self._send("UNSUBSCRIBE", subscription.channel, None)
+            await self._send(self._commands.unsubscribe, subscription.channel, None)
         except (RedisError, OSError):
             logger.debug("UNSUBSCRIBE %r failed; reconnecting", subscription.channel)
 
@@ -194,7 +210,7 @@ class Notifier:
         try:
             # One write, so no other task's SUBSCRIBE lands between these: see the sync twin.
             await connection.send_packed_command(
-                connection.pack_commands([("SUBSCRIBE", name) for name in names])
+                connection.pack_commands([(self._commands.subscribe, name) for name in names])
             )
         except (RedisError, OSError):
             logger.debug("SUBSCRIBE on a new pub/sub connection failed; reconnecting")
@@ -262,11 +278,123 @@ class Notifier:
 # -- one notifier per event loop and connection pool --------------------------------------------
 
 
-def notifier_for(client: Any) -> Notifier:
-    """Return the running loop's notifier for the connection pool behind ``client``."""
+def notifier_for(client: Any) -> Notifier | ShardedNotifiers:
+    """Async twin of :func:`stampede.io.notify.notifier_for`."""
+    if is_cluster(client):
+        return _sharded_notifiers_for(client)
     pool = connection_pool_of(client)
     notifiers = loop_state().notifiers
     notifier = notifiers.get(pool)
     if notifier is None:
         notifier = notifiers[pool] = Notifier(pool.connection_class, pool.connection_kwargs)
     return notifier
+
+
+# -- Redis Cluster: sharded listeners, one per node, routed by slot ----------------------------
+
+
+class ShardedSubscription(Subscription):
+    """Async twin of :class:`stampede.io.cluster.ShardedSubscription`."""
+
+    __slots__ = ("_inner", "_router")
+
+    def __init__(self, router: ShardedNotifiers, inner: Subscription) -> None:
+        super().__init__(inner._notifier, inner.channel)
+        self._router = router
+        self._inner = inner
+
+    async def wait(self, timeout: float | None) -> bool:
+        if self._inner.revoked:
+            return await self._move(timeout)
+        woken = await self._inner.wait(timeout)
+        self.message = self._inner.message
+        return woken
+
+    async def _move(self, timeout: float | None) -> bool:
+        """Async twin of ``stampede.io.cluster.ShardedSubscription._move``."""
+        await self._inner.close()
+        started = time.monotonic()
+        try:
+            self._inner = await self._router.subscribe_on_owner(self.channel, timeout)
+        except RedisError as exc:
+            logger.warning(
+                "stampede: subscribing again to %r after its slot moved failed: %s",
+                self.channel,
+                exc,
+            )
+            left = None if timeout is None else max(timeout - (time.monotonic() - started), 0)
+            await asyncio.sleep(ACK_TIMEOUT if left is None else left)
+            return False
+        self.message = None
+        return True
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+class ShardedNotifiers:
+    """Async twin of :class:`stampede.io.cluster.ShardedNotifiers`, for one event loop."""
+
+    def __init__(self, cluster: Any) -> None:
+        self._cluster = weakref.ref(cluster)
+        self._notifiers: dict[str, Notifier] = {}
+
+    async def subscribe(
+        self, channel: str | bytes, timeout: float | None = ACK_TIMEOUT
+    ) -> Subscription:
+        """Async twin of :meth:`stampede.io.cluster.ShardedNotifiers.subscribe`."""
+        name = channel_name(channel)
+        return ShardedSubscription(self, await self.subscribe_on_owner(name, timeout))
+
+    async def subscribe_on_owner(self, name: bytes, timeout: float | None) -> Subscription:
+        """Async twin of :meth:`stampede.io.cluster.ShardedNotifiers.subscribe_on_owner`."""
+        timeout = ACK_TIMEOUT if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while True:
+            cluster = self._cluster()
+            if cluster is None:
+                raise RuntimeError("the cluster client of this notifier was garbage-collected")
+            await cluster.initialize()  # an asyncio cluster learns its slots on first use
+            node = cluster.get_node_from_key(name)
+            try:
+                return await self._notifier_of(node, cluster).subscribe(
+                    name, timeout=max(deadline - time.monotonic(), 0.001)
+                )
+            except MovedError as exc:
+                await cluster.nodes_manager.move_slot(exc)
+            except (AskError, TryAgainError):
+                await asyncio.sleep(PAUSE)
+            except RedisConnectionError:
+                if time.monotonic() + PAUSE >= deadline:
+                    raise
+                await asyncio.sleep(PAUSE)
+                try:
+                    await cluster.nodes_manager.initialize()
+                except (RedisError, OSError) as exc:
+                    logger.debug("refreshing the cluster's slots failed: %s", exc)
+            if time.monotonic() >= deadline:
+                raise RedisTimeoutError(f"Redis did not confirm SSUBSCRIBE {name!r} in {timeout}s")
+
+    def _notifier_of(self, node: Any, cluster: Any) -> Notifier:
+        notifier = self._notifiers.get(node.name)
+        if notifier is None:
+            # An asyncio cluster node holds its connection class and arguments itself.
+            template = node if hasattr(node, "connection_kwargs") else cluster.get_default_node()
+            kwargs = dict(template.connection_kwargs, host=node.host, port=node.port)
+            kwargs.pop("redis_connect_func", None)
+            notifier = Notifier(template.connection_class, kwargs, SHARDED)
+            self._notifiers[node.name] = notifier
+        return notifier
+
+    async def close(self) -> None:
+        notifiers, self._notifiers = list(self._notifiers.values()), {}
+        for notifier in notifiers:
+            await notifier.close()
+
+
+def _sharded_notifiers_for(cluster: Any) -> ShardedNotifiers:
+    notifiers = loop_state().notifiers
+    router = notifiers.get(cluster)
+    if router is None:
+        router = notifiers[cluster] = ShardedNotifiers(cluster)
+    return router

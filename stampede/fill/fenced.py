@@ -145,6 +145,9 @@ class FencedFillLock:
         except Exception as exc:  # the lock's own system failed: it expires by itself
             logger.warning("stampede: releasing the lock of %r failed: %s", self._key.full, exc)
         try:
-            self._store.client.publish(done_channel(self._key.full), RELEASED)
+            client = self._store.client
+            client.execute_command(
+                scripts.publish_command(client), done_channel(self._key.full), RELEASED
+            )
         except RedisError as exc:
             logger.warning("stampede: announcing the release of %r failed: %s", self._key.full, exc)

@@ -30,6 +30,27 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 class Waiter(Protocol):
     def _wake(self, message: bytes | None) -> None: ...
 
+    def _revoke(self) -> None: ...
+
+
+class PubSubCommands(NamedTuple):
+    """The commands a notifier sends and the reply kinds it reads: plain or sharded pub/sub.
+
+    Sharded pub/sub (Redis 7, ``SSUBSCRIBE``) keeps a message on the shard that owns the
+    channel's slot; on a cluster, a plain ``PUBLISH`` is broadcast to every node instead, and
+    a sharded subscriber never sees it.
+    """
+
+    subscribe: str
+    unsubscribe: str
+    confirmed: bytes
+    message: bytes
+    unsubscribed: bytes
+
+
+PLAIN = PubSubCommands("SUBSCRIBE", "UNSUBSCRIBE", b"subscribe", b"message", b"unsubscribe")
+SHARDED = PubSubCommands("SSUBSCRIBE", "SUNSUBSCRIBE", b"ssubscribe", b"smessage", b"sunsubscribe")
+
 
 class Episode:
     """One SUBSCRIBE of a channel: its local subscriptions and the server's confirmation.
@@ -55,6 +76,10 @@ class Episode:
     def wake_all(self, message: bytes | None) -> None:
         for subscription in self.subscriptions:
             subscription._wake(message)
+
+    def revoke_all(self) -> None:
+        for subscription in self.subscriptions:
+            subscription._revoke()
 
 
 class Backoff:
@@ -84,8 +109,9 @@ class Backoff:
 class ChannelBook:
     """The channels wanted, their episodes, and the confirmations still expected."""
 
-    def __init__(self, event_factory: Callable[[], Any]) -> None:
+    def __init__(self, event_factory: Callable[[], Any], commands: PubSubCommands = PLAIN) -> None:
         self._event_factory = event_factory
+        self.commands = commands
         self.episodes: dict[bytes, Episode] = {}
         # The (un)subscribes sent and not yet answered, oldest first; None: an UNSUBSCRIBE.
         self._pending: deque[tuple[bytes, Episode | None]] = deque()
@@ -128,29 +154,50 @@ class ChannelBook:
         if not isinstance(reply, list) or len(reply) < 3:
             return
         kind, name, payload = reply[0], reply[1], reply[2]
-        if kind == b"message":
+        commands = self.commands
+        if kind == commands.message:
             episode = self.episodes.get(name)
             if episode is not None:
                 episode.wake_all(payload)
             return
-        if kind not in (b"subscribe", b"unsubscribe"):
-            return
-        answered = self._answered(name)
-        if kind == b"subscribe" and answered is not None:
+        if kind == commands.confirmed:
+            _, answered = self._take(name, subscribe=True)
+            if answered is None:
+                return
             answered.confirmed.set()
             self.backoff.reset()
             if answered.rejoined:
                 answered.rejoined = False
                 answered.wake_all(None)
+        elif kind == commands.unsubscribed:
+            asked, _ = self._take(name, subscribe=False)
+            if not asked:
+                self._revoked(name)
 
-    def _answered(self, name: bytes) -> Episode | None:
-        # The reply answers the oldest command still unanswered: the head of the FIFO, unless
-        # an async sender's write was overtaken; the name tells.
+    def _take(self, name: bytes, subscribe: bool) -> tuple[bool, Episode | None]:
+        """Return (whether a command was waiting for this reply, its episode), and forget it.
+
+        The reply answers the oldest command of its kind still unanswered for ``name``: the
+        head of the FIFO, unless an async sender's write was overtaken; the name tells.
+        """
         for index, (pending_name, episode) in enumerate(self._pending):
-            if pending_name == name:
+            if pending_name == name and (episode is not None) == subscribe:
                 del self._pending[index]
-                return episode
-        return None
+                return True, episode
+        return False, None
+
+    def _revoked(self, name: bytes) -> None:
+        """Apply an unsubscribe nobody asked for: the server dropped the channel.
+
+        Redis does so to sharded subscribers when the channel's slot leaves the node (a slot
+        migration, a failover): this connection will hear no more of it. The episode ends and
+        its waiters are woken and told (``_revoke``), so they re-check Redis and subscribe
+        again where the slot lives now, instead of sleeping out their timeouts.
+        """
+        episode = self.episodes.get(name)
+        if episode is not None:
+            self._drop(name, episode, None)  # a subscriber still waiting for it tries again
+            episode.revoke_all()
 
     def refused(self, error: BaseException) -> None:
         """Apply an error reply: Redis refused the oldest command still unanswered.
@@ -158,14 +205,15 @@ class ChannelBook:
         A refused SUBSCRIBE (an ACL user without the channel: ``-NOPERM``) is an answer, not a
         broken connection: its subscribers raise ``error`` (their caller's ``on_redis_error``
         applies), the connection and every other channel stay as they are, and nothing
-        reconnects. Waiters parked on a channel refused on a rejoin are woken to re-check.
+        reconnects. Waiters parked on a channel refused on a rejoin are woken to re-check, and
+        told (``_revoke``: a sharded one refused with ``-MOVED`` subscribes again elsewhere).
         """
         if not self._pending:
             return
         name, episode = self._pending.popleft()
         if episode is not None:  # a refused UNSUBSCRIBE leaves a channel nobody wants anyway
             self._drop(name, episode, error)
-            episode.wake_all(None)
+            episode.revoke_all()
 
     def connect_failed(self, error: BaseException | None) -> None:
         """End the episodes that waited for the connect that failed with ``error``.

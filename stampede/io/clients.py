@@ -10,6 +10,7 @@ once its object is collected, and a new pool must never inherit a dead pool's cl
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import threading
@@ -33,23 +34,53 @@ def shared(identity: Hashable, build: Callable[[], Any]) -> Any:
 
 
 def for_url(url: str) -> Any:
-    """Return this process's ``redis.Redis`` for ``url`` (``redis://``, ``rediss://``, ``unix://``;
-    AUTH and TLS settings as the URL gives them)."""
+    """Return this process's client for ``url``: a ``redis.Redis`` (``redis://``, ``rediss://``,
+    ``unix://``), or a Sentinel-managed primary (``redis+sentinel://``, ``rediss+sentinel://``);
+    AUTH and TLS settings as the URL gives them."""
     if not isinstance(url, str) or not url:
         raise TypeError(f"url must be a Redis URL string; got {url!r}")
+    from . import sentinel
+
+    if sentinel.is_sentinel_url(url):
+        return sentinel.client_for_url(url)
     import redis
 
     return shared(("url", url), lambda: redis.Redis.from_url(url))
 
 
 def connection_pool_of(client: Any) -> Any:
-    """Return the pool behind ``client`` (a Redis client, or a cluster's default node)."""
+    """Return the pool behind ``client`` (a Redis client, or a cluster's default node).
+
+    A cluster has a pool per node; its default node's stands for it (the connection class and
+    arguments, AUTH and TLS, are the same on every node). An asyncio cluster's nodes pool
+    their connections themselves: the node is returned, which has the pool's
+    ``connection_class`` and ``connection_kwargs``.
+    """
     pool = getattr(client, "connection_pool", None)
     if pool is None and hasattr(client, "get_default_node"):
-        pool = client.get_default_node().redis_connection.connection_pool
+        node = client.get_default_node()
+        connection = getattr(node, "redis_connection", None)
+        pool = node if connection is None else connection.connection_pool
     if pool is None:
         raise TypeError(f"expected a redis-py client with a connection pool; got {client!r}")
     return pool
+
+
+@functools.cache
+def _cluster_types() -> tuple[type, ...]:
+    import redis.asyncio.cluster
+    import redis.cluster
+
+    return (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster)
+
+
+def is_cluster(client: Any) -> bool:
+    """Return True if ``client`` is a Redis Cluster client (sync or asyncio).
+
+    On a cluster, wake-ups go over sharded pub/sub (``SPUBLISH``/``SSUBSCRIBE``), so that a
+    message stays on the shard of its channel's slot.
+    """
+    return isinstance(client, _cluster_types())
 
 
 # -- the hit path's GET -------------------------------------------------------------------------
@@ -139,6 +170,10 @@ def async_twin(sync_client: Any, per_loop: weakref.WeakKeyDictionary[Any, Any]) 
     pool = getattr(sync_client, "connection_pool", None)
     if pool is None:
         return None
+    from . import sentinel
+
+    if pool.connection_class.__name__.startswith("SentinelManaged"):
+        return sentinel.async_twin(sync_client, per_loop)
     client = per_loop.get(pool)
     if client is not None:
         return client

@@ -36,20 +36,25 @@ import os
 import threading
 import time
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .channels import (
+    PLAIN,
     ChannelBook,
     ConnectTimeouts,
+    PubSubCommands,
     channel_name,
     listener_connection_kwargs,
     raised_again,
 )
-from .clients import connection_pool_of
+from .clients import connection_pool_of, is_cluster
+
+if TYPE_CHECKING:
+    from .cluster import ShardedNotifiers
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +70,7 @@ class Subscription:
     connection broke, which must be treated alike), False when ``timeout`` passed first.
     """
 
-    __slots__ = ("_event", "_notifier", "channel", "message")
+    __slots__ = ("_event", "_notifier", "channel", "message", "revoked")
 
     def __init__(self, notifier: Notifier, channel: bytes) -> None:
         self._notifier = notifier
@@ -73,6 +78,9 @@ class Subscription:
         self.channel = channel
         #: The payload of the last message received, or None after a connection loss.
         self.message: bytes | None = None
+        #: True once the server dropped or refused the channel: no message will come here
+        #: any more (a sharded channel whose slot moved away: see ``stampede.io.cluster``).
+        self.revoked = False
 
     def wait(self, timeout: float | None) -> bool:
         woken = self._event.wait(timeout)
@@ -84,6 +92,10 @@ class Subscription:
     def _wake(self, message: bytes | None) -> None:
         self.message = message
         self._event.set()
+
+    def _revoke(self) -> None:
+        self.revoked = True
+        self._wake(None)
 
     def close(self) -> None:
         """Stop listening; the last subscription of a channel unsubscribes from Redis."""
@@ -97,16 +109,26 @@ class Subscription:
 
 
 class Notifier:
-    """The pub/sub listener of one connection pool in one process (a thread)."""
+    """The pub/sub listener of one connection pool in one process (a thread).
 
-    def __init__(self, connection_class: type, connection_kwargs: dict[str, Any]) -> None:
+    ``commands`` is ``PLAIN`` (SUBSCRIBE) or ``SHARDED`` (SSUBSCRIBE: one notifier per
+    cluster node, routed by ``stampede.io.cluster``).
+    """
+
+    def __init__(
+        self,
+        connection_class: type,
+        connection_kwargs: dict[str, Any],
+        commands: PubSubCommands = PLAIN,
+    ) -> None:
         self._connection_class = connection_class
         self._connection_kwargs = listener_connection_kwargs(connection_class, connection_kwargs)
         self._timeouts = ConnectTimeouts.of_pool(connection_class, connection_kwargs)
         self._lock = threading.Lock()
         # Notified when a connection is installed and when a connect attempt ends.
         self._connected = threading.Condition(self._lock)
-        self._book = ChannelBook(threading.Event)
+        self._commands = commands
+        self._book = ChannelBook(threading.Event, commands)
         self._connection: Any = None
         self._connecting = False  # a thread is connecting: nobody else may (one at a time)
         self._thread: threading.Thread | None = None
@@ -174,7 +196,7 @@ class Notifier:
 
     def _send_or_leave_locked(self, name: bytes, episode: Any, subscription: Subscription) -> None:
         try:
-            self._send_locked("SUBSCRIBE", name, episode)
+            self._send_locked(self._commands.subscribe, name, episode)
         except BaseException:
             self._book.leave(name, subscription)
             raise
@@ -186,7 +208,7 @@ class Notifier:
             if self._connection is None:
                 return
             try:
-                self._send_locked("UNSUBSCRIBE", subscription.channel, None)
+                self._send_locked(self._commands.unsubscribe, subscription.channel, None)
             except (RedisError, OSError):
                 # The listener sees the broken connection too and resubscribes only to the
                 # channels still wanted, so this one is gone either way.
@@ -256,7 +278,7 @@ class Notifier:
             # One write for every channel wanted: those of the subscribers that arrived
             # during this connect, and those live before a lost connection.
             connection.send_packed_command(
-                connection.pack_commands([("SUBSCRIBE", name) for name in names])
+                connection.pack_commands([(self._commands.subscribe, name) for name in names])
             )
         except (RedisError, OSError):
             # The listener's read fails too: it wakes every waiter and reconnects.
@@ -338,8 +360,16 @@ _registry: weakref.WeakKeyDictionary[Any, Notifier] = weakref.WeakKeyDictionary(
 _registry_lock = threading.Lock()
 
 
-def notifier_for(client: Any) -> Notifier:
-    """Return this process's notifier for the connection pool behind ``client``."""
+def notifier_for(client: Any) -> Notifier | ShardedNotifiers:
+    """Return this process's notifier for the connection pool behind ``client``.
+
+    For a ``redis.cluster.RedisCluster``: its sharded router (``stampede.io.cluster``), which
+    subscribes each channel on the node that owns its slot.
+    """
+    if is_cluster(client):
+        from .cluster import sharded_notifiers_for
+
+        return sharded_notifiers_for(client)
     pool = connection_pool_of(client)
     notifier = _registry.get(pool)
     if notifier is not None:

@@ -18,6 +18,8 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
+from . import clients
+
 
 @dataclass(frozen=True)
 class Script:
@@ -26,6 +28,9 @@ class Script:
     name: str
     text: str
     sha: str = field(init=False)
+    #: The script publishes a wake-up with the command named by one more ARGV, after its own:
+    #: ``run`` passes ``PUBLISH``, or ``SPUBLISH`` on a cluster (see ``publish_command``).
+    publishes: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sha", hashlib.sha1(self.text.encode()).hexdigest())
@@ -81,6 +86,7 @@ COMMIT = Script(
 -- ARGV[1] token, [2] record, [3] ttl ms (0: none, -1: no write), [4] channel, [5] message, [6] flag
 -- returns 1 when the lock was ours: the record is written, the lock released, the waiters
 -- told; 0 when it was not (nothing is written or released)
+-- ARGV[7] PUBLISH, or SPUBLISH on a cluster (``run`` appends it: ``Script.publishes``).
 -- ARGV[6] "1" appends the record to the message: a small record travels inside the wake-up,
 -- so waiting processes need no GET.
 -- The write belongs to the lock: a holder paused past its TTL must not overwrite the value a
@@ -90,7 +96,7 @@ if holder ~= ARGV[1] then
   if not holder then
     -- Nobody holds the lock (FLUSHALL, eviction, a force-release): the waiters would sleep
     -- out the TTL they last saw; 'invalidated' sends them to contend now, as delete() does.
-    redis.call('PUBLISH', ARGV[4], 'invalidated')
+    redis.call(ARGV[7], ARGV[4], 'invalidated')
   end
   return 0
 end
@@ -102,33 +108,35 @@ elseif ttl == 0 then
 end
 redis.call('DEL', KEYS[2])
 if ARGV[6] == '1' then
-  redis.call('PUBLISH', ARGV[4], ARGV[5] .. ARGV[2])
+  redis.call(ARGV[7], ARGV[4], ARGV[5] .. ARGV[2])
 else
-  redis.call('PUBLISH', ARGV[4], ARGV[5])
+  redis.call(ARGV[7], ARGV[4], ARGV[5])
 end
 return 1
 """,
+    publishes=True,
 )
 
 RELEASE = Script(
     "release",
     """
 -- KEYS[1] lock key
--- ARGV[1] token, ARGV[2] wake-up channel, ARGV[3] wake-up message
+-- ARGV[1] token, ARGV[2] wake-up channel, ARGV[3] wake-up message, ARGV[4] (S)PUBLISH
 -- returns 1 when the lock was ours and is now released (and waiters were told), else 0
 -- A lock that nobody holds any more (expired, flushed, force-released) is announced too: its
 -- waiters would otherwise sleep out the TTL they last saw.
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  redis.call(ARGV[4], ARGV[2], ARGV[3])
   return 1
 end
 if not holder then
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  redis.call(ARGV[4], ARGV[2], ARGV[3])
 end
 return 0
 """,
+    publishes=True,
 )
 
 EXTEND = Script(
@@ -167,16 +175,17 @@ INVALIDATE = Script(
     "invalidate",
     """
 -- KEYS[1] lock key
--- ARGV[1] wake-up channel, ARGV[2] wake-up message
+-- ARGV[1] wake-up channel, ARGV[2] wake-up message, ARGV[3] (S)PUBLISH
 -- returns 1 if a load was in progress (its write is now void), else 0
 -- Deleting the lock voids the holder's pending write (COMMIT checks the token); the message
 -- sends its waiters back to contend for a fresh load instead of waiting out the TTL.
 if redis.call('DEL', KEYS[1]) == 1 then
-  redis.call('PUBLISH', ARGV[1], ARGV[2])
+  redis.call(ARGV[3], ARGV[1], ARGV[2])
   return 1
 end
 return 0
 """,
+    publishes=True,
 )
 
 COMPARE_DELETE = Script(
@@ -313,7 +322,7 @@ FENCED_COMMIT = Script(
 -- holder's write already landed (its token is larger), or a delete() voided this load.
 -- ARGV[2] is the epoch seen when the lock was won ('' for none); ARGV[4] 0: no expiry,
 -- -1: no write; ARGV[7] "1": the record travels with the message; ARGV[8]: how long the
--- written key is kept at least.
+-- written key is kept at least; ARGV[9] PUBLISH, or SPUBLISH on a cluster (``run`` appends it).
 -- The lock lives outside this Redis (Redlock, ZooKeeper), so the write cannot check it here;
 -- it checks the lock's fencing token instead, which only grows from holder to holder.
 local epoch = redis.call('GET', KEYS[3]) or ''
@@ -340,27 +349,29 @@ if ttl >= 0 then
   end
 end
 if ARGV[7] == '1' then
-  redis.call('PUBLISH', ARGV[5], ARGV[6] .. ARGV[3])
+  redis.call(ARGV[9], ARGV[5], ARGV[6] .. ARGV[3])
 else
-  redis.call('PUBLISH', ARGV[5], ARGV[6])
+  redis.call(ARGV[9], ARGV[5], ARGV[6])
 end
 return 1
 """,
+    publishes=True,
 )
 
 FENCED_VOID = Script(
     "fenced_void",
     """
 -- KEYS[1] epoch key
--- ARGV[1] wake-up channel, ARGV[2] wake-up message, ARGV[3] ms the epoch key is kept
+-- ARGV[1] wake-up channel, [2] wake-up message, [3] ms the epoch key is kept, [4] PUBLISH/SPUBLISH
 -- returns the new epoch
 -- A delete() during a fenced load: the load's commit finds another epoch and writes nothing;
 -- its waiters are sent back to contend for a fresh load.
 local epoch = redis.call('INCR', KEYS[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('PUBLISH', ARGV[1], ARGV[2])
+redis.call(ARGV[4], ARGV[1], ARGV[2])
 return epoch
 """,
+    publishes=True,
 )
 
 ALL = (
@@ -382,8 +393,23 @@ ALL = (
 )
 
 
+def publish_command(client: Any) -> str:
+    """Return the command that publishes a wake-up through ``client``'s Redis.
+
+    ``SPUBLISH`` on a cluster: a sharded message stays on the shard that owns the channel's
+    slot (the slot of its key, by the hash tag), where the sharded listener subscribed; a
+    plain ``PUBLISH`` there would be broadcast to every node, and never reach that listener.
+    """
+    return "SPUBLISH" if clients.is_cluster(client) else "PUBLISH"
+
+
+def _with_publish(client: Any, script: Script, args: Sequence[Any]) -> Sequence[Any]:
+    return (*args, publish_command(client)) if script.publishes else args
+
+
 def run(client: Any, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> Any:
     """Return the result of ``script`` run on ``client``, loading it if the server lacks it."""
+    args = _with_publish(client, script, args)
     try:
         return client.evalsha(script.sha, len(keys), *keys, *args)
     except NoScriptError:
@@ -404,7 +430,7 @@ def run_many(
     def send() -> list[Any]:
         pipe = client.pipeline(transaction=False)
         for keys, args in calls:
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            pipe.evalsha(script.sha, len(keys), *keys, *_with_publish(client, script, args))
         return list(pipe.execute())
 
     try:
@@ -416,6 +442,7 @@ def run_many(
 
 async def arun(client: Any, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> Any:
     """Async twin of :func:`run`, for ``redis.asyncio`` clients."""
+    args = _with_publish(client, script, args)
     try:
         return await client.evalsha(script.sha, len(keys), *keys, *args)
     except NoScriptError:
@@ -432,7 +459,7 @@ async def arun_many(
     async def send() -> list[Any]:
         pipe = client.pipeline(transaction=False)
         for keys, args in calls:
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            pipe.evalsha(script.sha, len(keys), *keys, *_with_publish(client, script, args))
         return list(await pipe.execute())
 
     try:

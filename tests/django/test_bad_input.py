@@ -365,7 +365,7 @@ def test_a_malformed_lock_url_fails_when_the_cache_is_built_naming_the_schemes(s
 
     assert str(raised.value) == (
         "StampedeCache OPTIONS['LOCK_URL'] must be a Redis URL starting with "
-        f"redis://, rediss://, unix://; got {url!r}"
+        f"redis://, rediss://, unix://, redis+sentinel://, rediss+sentinel://; got {url!r}"
     )
 
 

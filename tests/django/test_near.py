@@ -15,6 +15,7 @@ import pickle
 import time
 
 import pytest
+import redis as redis_py
 from django.core.exceptions import ImproperlyConfigured
 
 from tests.django import near_workers, workers
@@ -50,13 +51,28 @@ def redis_gets(redis) -> int:
 
 
 @pytest.fixture
+def own_server_cache(settings, fresh_redis_server):
+    """(a near-cached StampedeCache, a client) on a server of this test's own: its GET counts
+    are this test's alone, whatever other tests left running on the session's server."""
+    settings.CACHES = workers.caches_config(fresh_redis_server.url, NEAR_CACHE=NEAR)
+    from django.core.cache import caches
+
+    cache = caches["default"]
+    armed(cache)
+    client = redis_py.Redis.from_url(fresh_redis_server.url)
+    yield cache, client
+    client.close()
+
+
+@pytest.fixture
 def near_cache(make_cache):
     cache = make_cache(NEAR_CACHE=NEAR)
     armed(cache)
     return cache
 
 
-def test_a_hit_is_served_from_the_copy_without_redis(near_cache, redis):
+def test_a_hit_is_served_from_the_copy_without_redis(own_server_cache):
+    near_cache, redis = own_server_cache
     near_cache.set("k", {"n": 1}, 60)
     assert kept(near_cache, "k") == {"n": 1}
     before = redis_gets(redis)
@@ -230,7 +246,9 @@ def test_a_write_is_seen_by_every_process(make_cache, redis_url):
     assert [kind for kind, _ in seen] == ["seen"] * 3, seen
 
 
-def test_async_reads_use_the_same_copies(near_cache, redis):
+def test_async_reads_use_the_same_copies(own_server_cache):
+    near_cache, redis = own_server_cache
+
     async def scenario():
         await near_cache.aset("k", {"n": 1}, 60)
         while not near_cache.near.near.lookup(near_cache.make_key("k")):

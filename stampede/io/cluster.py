@@ -1,0 +1,210 @@
+"""Wake-ups on Redis Cluster: sharded pub/sub, one listener per node, routed by slot.
+
+On a cluster the scripts publish with ``SPUBLISH`` (``scripts.publish_command``): the message
+stays on the shard that owns the channel's slot, which is the slot of its key (``keys.py``
+hash tags). A sharded subscription must be made on that shard, so this module keeps one
+sharded ``Notifier`` (``SSUBSCRIBE``) per node per process (not per channel) and sends each
+channel to the notifier of the node that owns its slot now.
+
+Rule: the machinery is ``notify.Notifier`` and ``channels.ChannelBook``, with the sharded
+commands (``channels.SHARDED``); only the routing lives here.
+
+Rule: a moved slot costs a re-check, never a hang.
+
+- ``SSUBSCRIBE`` sent to a node that no longer owns the slot is refused with ``-MOVED``: the
+  cluster client learns the new owner (``NodesManager.move_slot``) and the subscribe is sent
+  there, within the caller's time.
+- A node that loses a slot (migration, failover) unsubscribes its sharded subscribers of it
+  (an ``sunsubscribe`` nobody asked for): the waiters are woken (``Subscription.revoked``);
+  the next ``wait`` subscribes on the new owner and returns at once, so the waiter checks
+  Redis again: a release published while nobody listened on the new owner is not lost.
+- A broken connection wakes every waiter of that node (``notify``'s rule); waits stay bounded
+  by the callers' own timeouts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from typing import Any
+
+from redis.exceptions import AskError, MovedError, RedisError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .channels import SHARDED, channel_name
+from .clients import connection_pool_of
+from .notify import ACK_TIMEOUT, Notifier, Subscription
+
+logger = logging.getLogger(__name__)
+
+#: The pause before asking again when a slot is being moved (``-ASK``, ``-TRYAGAIN``) or its
+#: owner could not be reached.
+PAUSE = 0.1
+
+
+class ShardedSubscription(Subscription):
+    """A waiter's interest in one sharded channel, on whichever node owns its slot.
+
+    Wraps the subscription made on the owning node's notifier; when that node drops the
+    channel, the next ``wait`` subscribes again where the slot lives now.
+    """
+
+    __slots__ = ("_inner", "_router")
+
+    def __init__(self, router: ShardedNotifiers, inner: Subscription) -> None:
+        super().__init__(inner._notifier, inner.channel)
+        self._router = router
+        self._inner = inner
+
+    def wait(self, timeout: float | None) -> bool:
+        if self._inner.revoked:
+            return self._move(timeout)
+        woken = self._inner.wait(timeout)
+        self.message = self._inner.message
+        return woken
+
+    def _move(self, timeout: float | None) -> bool:
+        """Subscribe on the slot's new owner; return True, so that the caller re-checks Redis
+        (a release may have been published while nobody listened there)."""
+        self._inner.close()
+        started = time.monotonic()
+        try:
+            self._inner = self._router.subscribe_on_owner(self.channel, timeout)
+        except RedisError as exc:
+            logger.warning(
+                "stampede: subscribing again to %r after its slot moved failed: %s",
+                self.channel,
+                exc,
+            )
+            # Nothing to listen to: wait out the caller's time, as an unheard wake-up would.
+            left = None if timeout is None else max(timeout - (time.monotonic() - started), 0)
+            time.sleep(ACK_TIMEOUT if left is None else left)
+            return False
+        self.message = None
+        return True
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class ShardedNotifiers:
+    """The sharded listeners of one cluster client in one process: one per node, by name."""
+
+    def __init__(self, cluster: Any) -> None:
+        self._cluster = weakref.ref(cluster)
+        self._notifiers: dict[str, Notifier] = {}
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def subscribe(self, channel: str | bytes, timeout: float | None = ACK_TIMEOUT) -> Subscription:
+        """Return a confirmed sharded subscription to ``channel`` on the node of its slot.
+
+        Raises what ``Notifier.subscribe`` raises; a ``-MOVED`` is followed, not raised.
+        """
+        name = channel_name(channel)
+        return ShardedSubscription(self, self.subscribe_on_owner(name, timeout))
+
+    def subscribe_on_owner(self, name: bytes, timeout: float | None) -> Subscription:
+        """Return a confirmed subscription to ``name`` made on its slot's owner, following
+        ``-MOVED`` replies (and waiting out ``-ASK``/``-TRYAGAIN``) within ``timeout``."""
+        timeout = ACK_TIMEOUT if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while True:
+            cluster = self._cluster_client()
+            node = cluster.get_node_from_key(name)
+            try:
+                return self._notifier_of(node).subscribe(
+                    name, timeout=max(deadline - time.monotonic(), 0.001)
+                )
+            except MovedError as exc:
+                logger.debug("SSUBSCRIBE %r moved to %s:%s", name, exc.host, exc.port)
+                cluster.nodes_manager.move_slot(exc)
+            except (AskError, TryAgainError):
+                time.sleep(PAUSE)  # the slot is being moved: ask again shortly
+            except RedisConnectionError:
+                # The owner may be gone (a failover): learn the topology again, once there
+                # is time left to use it.
+                if time.monotonic() + PAUSE >= deadline:
+                    raise
+                time.sleep(PAUSE)
+                _refresh_topology(cluster)
+            if time.monotonic() >= deadline:
+                raise RedisTimeoutError(f"Redis did not confirm SSUBSCRIBE {name!r} in {timeout}s")
+
+    def _cluster_client(self) -> Any:
+        cluster = self._cluster()
+        if cluster is None:
+            raise RuntimeError("the cluster client of this notifier was garbage-collected")
+        return cluster
+
+    def _notifier_of(self, node: Any) -> Notifier:
+        notifier = self._notifiers.get(node.name)
+        if notifier is not None:
+            return notifier
+        with self._lock:
+            notifier = self._notifiers.get(node.name)
+            if notifier is None:
+                pool = _pool_of_node(node, self._cluster_client())
+                kwargs = dict(pool.connection_kwargs, host=node.host, port=node.port)
+                # The cluster client's hook (READONLY on replicas) is not for a listener,
+                # and would keep the client alive as long as this notifier.
+                kwargs.pop("redis_connect_func", None)
+                notifier = Notifier(pool.connection_class, kwargs, SHARDED)
+                self._notifiers[node.name] = notifier
+        return notifier
+
+    def close(self) -> None:
+        """Close every node's listener; waiters still parked are woken."""
+        if os.getpid() != self._pid:
+            return
+        with self._lock:
+            notifiers, self._notifiers = list(self._notifiers.values()), {}
+        for notifier in notifiers:
+            notifier.close()
+
+
+def _refresh_topology(cluster: Any) -> None:
+    try:
+        cluster.nodes_manager.initialize()
+    except (RedisError, OSError) as exc:
+        logger.debug("refreshing the cluster's slots failed: %s", exc)
+
+
+def _pool_of_node(node: Any, cluster: Any) -> Any:
+    # A node learnt from a -MOVED has no client yet; any node's pool has the same connection
+    # class and arguments (AUTH, TLS) but its address, which the caller replaces.
+    connection = getattr(node, "redis_connection", None)
+    return connection_pool_of(cluster) if connection is None else connection.connection_pool
+
+
+# -- one router per cluster client per process -------------------------------------------------
+
+_registry: weakref.WeakKeyDictionary[Any, ShardedNotifiers] = weakref.WeakKeyDictionary()
+_registry_lock = threading.Lock()
+
+
+def sharded_notifiers_for(cluster: Any) -> ShardedNotifiers:
+    """Return this process's sharded listeners for the cluster client ``cluster``."""
+    notifiers = _registry.get(cluster)
+    if notifiers is not None:
+        return notifiers
+    with _registry_lock:
+        notifiers = _registry.get(cluster)
+        if notifiers is None:
+            notifiers = _registry[cluster] = ShardedNotifiers(cluster)
+            weakref.finalize(cluster, notifiers.close)
+    return notifiers
+
+
+def _forget_parent_state() -> None:
+    # As notify does: a forked child builds its own listeners and never touches the parent's.
+    global _registry, _registry_lock
+    _registry = weakref.WeakKeyDictionary()
+    _registry_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_parent_state)

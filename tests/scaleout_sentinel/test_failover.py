@@ -1,0 +1,217 @@
+"""The primary is SIGKILLed mid-stampede; the sentinels promote the replica; nothing restarts.
+
+Three spawned app processes of four threads each keep calling ``get_or_set`` over a few keys
+whose values live half a second, so they keep expiring and being refilled, before, during
+and after the failover. The test measures, per phase (before the kill, the outage until the
+last request that failed or loaded alongside another load of its key, and after), the loader
+calls per key per expiry, the loads that overlapped another load of the same key, and the
+failed requests; then, in the same processes, a cold stampede on a new key must cost exactly
+one loader call: protection resumed without a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis as redis_py
+
+from stampede.core.keys import lock_key
+from stampede.io import sentinel
+from stampede.lock.mutex import Mutex
+from tests.helpers import SPAWN, wait_until
+from tests.scaleout_sentinel import workers
+
+KEYS = [f"page:{n}" for n in range(4)]
+TIMEOUT = 0.5  # each value's life: the keys keep expiring and being refilled
+LOAD_SECONDS = 0.05
+WAIT_TIMEOUT = 2.0
+LOCK_TTL = 2.0
+#: A request may wait WAIT_TIMEOUT, then load; Redis calls during the outage are refused at
+#: once on loopback, bounded by SOCKET_TIMEOUT otherwise. Only a hang goes past this.
+SLACK = 10.0
+
+
+def overlapping(loads: list[tuple[str, float, float]]) -> list[tuple[str, float, float]]:
+    """Return the loads that ran while another load of the same key ran (a stampede's mark)."""
+    marked = []
+    by_key: dict[str, list[tuple[str, float, float]]] = {}
+    for load in loads:
+        by_key.setdefault(load[0], []).append(load)
+    for runs in by_key.values():
+        runs.sort(key=lambda run: run[1])
+        latest_end = float("-inf")
+        for index, run in enumerate(runs):
+            if run[1] < latest_end:
+                marked.append(run)
+                if index and runs[index - 1] not in marked:
+                    marked.append(runs[index - 1])
+            latest_end = max(latest_end, run[2])
+    return marked
+
+
+def phase_figures(
+    requests: list[tuple[Any, ...]], loads: list[tuple[str, float, float]], start: float, end: float
+) -> dict[str, Any]:
+    """Return the figures of the requests and loads that began in [start, end)."""
+    here = [r for r in requests if start <= r[1] < end]
+    loaded = [run for run in loads if start <= run[1] < end]
+    failed = [r for r in here if r[3] != "value"]
+    seconds = max(end - start, 1e-9)
+    expiries = len(KEYS) * seconds / TIMEOUT
+    return {
+        "seconds": round(seconds, 3),
+        "requests": len(here),
+        "failed requests": len(failed),
+        "errors": sorted({r[4] for r in failed}),
+        "loader calls": len(loaded),
+        "loader calls per key per expiry": round(len(loaded) / expiries, 3),
+        "overlapping loads": len(overlapping(loaded)),
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_primary_killed_mid_stampede_fails_over_and_protection_resumes(
+    own_sentinel_cluster, figure
+):
+    """No caller hangs; after the failover the same processes load a cold key exactly once."""
+    cluster = own_sentinel_cluster
+    processes, threads = 3, 4
+    callers = processes * threads
+    setting = workers.sentinel_caches(
+        cluster.addresses,
+        {"SOCKET_TIMEOUT": 1, "SOCKET_CONNECT_TIMEOUT": 1},
+        WAIT_TIMEOUT=WAIT_TIMEOUT,
+        LOCK_TTL=LOCK_TTL,
+        ON_REDIS_ERROR="load",
+        EARLY_REFRESH_BETA=0,  # no refresh before expiry: one load per key per expiry at most
+    )
+    ready, go, stop = SPAWN.Value("i", 0), SPAWN.Event(), SPAWN.Event()
+    cold_go, cold_calls = SPAWN.Event(), SPAWN.Value("i", 0)
+    arrived, everyone = SPAWN.Value("i", 0), SPAWN.Event()
+    results = SPAWN.Queue()
+    args = (
+        setting,
+        KEYS,
+        TIMEOUT,
+        LOAD_SECONDS,
+        threads,
+        ready,
+        go,
+        stop,
+        "cold:after-failover",
+        cold_go,
+        cold_calls,
+        arrived,
+        everyone,
+        callers,
+        results,
+    )
+    children = [
+        SPAWN.Process(target=workers.churn_then_cold_stampede, args=args, daemon=True)
+        for _ in range(processes)
+    ]
+    for child in children:
+        child.start()
+    try:
+        wait_until(lambda: ready.value == processes, "every app process is set up", 60)
+        go.set()
+        started = time.monotonic()
+        time.sleep(2.0)  # steady state before the fault: the test's clock, not a sync point
+        killed_at = cluster.kill_primary()
+        wait_until(
+            lambda: cluster.master_port() == cluster.replica.port, "the replica is promoted", 30
+        )
+        promoted_at = time.monotonic()
+        time.sleep(5.0)  # the churn goes on after the failover
+        stop.set()
+        churn = [results.get(timeout=60) for _ in range(callers)]
+        stopped = time.monotonic()
+        cold_go.set()
+        cold = [results.get(timeout=60) for _ in range(callers)]
+        pids = {child.pid for child in children}
+        alive = all(child.is_alive() for child in children)
+    finally:
+        stop.set()
+        cold_go.set()
+        everyone.set()
+        for child in children:
+            child.join(10)
+            if child.is_alive():
+                child.kill()
+                child.join(10)
+
+    requests = [request for _, _, batch, _ in churn for request in batch]
+    loads = [run for _, _, _, batch in churn for run in batch]
+    bad = [r[2] for r in requests if r[3] != "value" and r[1] >= killed_at]
+    bad += [run[2] for run in overlapping(loads) if run[1] >= killed_at]
+    recovered_at = max(bad, default=killed_at)
+    figures = {
+        "failover (kill -> sentinels name the replica)": round(promoted_at - killed_at, 3),
+        "recovery (kill -> end of the last failed or overlapping call)": round(
+            recovered_at - killed_at, 3
+        ),
+        "before the kill": phase_figures(requests, loads, started, killed_at),
+        "outage": phase_figures(requests, loads, killed_at, recovered_at),
+        "after": phase_figures(requests, loads, recovered_at, stopped),
+        "slowest request (s)": round(max(r[2] - r[1] for r in requests), 3),
+        "cold stampede after the failover: loader calls": cold_calls.value,
+    }
+    for name, value in figures.items():
+        figure(name, value)
+    summary = json.dumps(figures, indent=1)
+
+    assert alive, "an app process died"
+    assert {pid for _, pid, _, _ in churn} == pids
+    slowest = max(r[2] - r[1] for r in requests)
+    assert slowest < WAIT_TIMEOUT + SLACK, summary
+    assert figures["before the kill"]["failed requests"] == 0, summary
+    assert figures["before the kill"]["overlapping loads"] == 0, summary
+    assert figures["after"]["failed requests"] == 0, summary
+    assert figures["after"]["overlapping loads"] == 0, summary
+    # At most one load per key per expiry (plus one per key where the phase begins).
+    after = figures["after"]
+    assert after["loader calls"] <= len(KEYS) * (after["seconds"] / TIMEOUT + 1), summary
+    # Protection resumed in the same processes: one load for every caller of every process.
+    assert cold_calls.value == 1, summary
+    assert sorted(kind for kind, *_ in cold) == ["cold"] * callers
+    assert len({got for _, _, got, _ in cold}) == 1, summary
+    assert next(iter({got[0] for _, _, got, _ in cold})) == "value", summary
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_lock_client_of_a_sentinel_url_follows_the_failover(own_sentinel_cluster):
+    """A Mutex on the shared ``redis+sentinel://`` client works again after the failover,
+    without a new client, on the promoted replica; a waiter hears the release."""
+    cluster = own_sentinel_cluster
+    client = sentinel.client_for_url(cluster.url() + "?socket_timeout=1")
+    mutex = Mutex(client, "job", ttl=5)
+    assert mutex.acquire(blocking=False)
+    assert mutex.release()
+    cluster.kill_primary()
+    wait_until(lambda: cluster.master_port() == cluster.replica.port, "the replica is promoted")
+
+    def acquired() -> bool:
+        try:
+            return Mutex(client, "job-after", ttl=5).acquire(blocking=False)
+        except redis_py.ConnectionError:
+            return False  # the pool's old connections to the dead primary, until they go
+
+    wait_until(acquired, "a lock can be taken on the new primary", 30)
+    assert sentinel.client_for_url(cluster.url() + "?socket_timeout=1") is client
+    with redis_py.Redis(port=cluster.replica.port) as promoted:
+        assert promoted.info("replication")["role"] == "master"
+        assert promoted.exists(lock_key("job-after")) == 1
+        holder = Mutex(client, "handover", ttl=10)
+        assert holder.acquire(blocking=False)
+        waiter = Mutex(client, "handover", ttl=10)
+        began = time.monotonic()
+        threading.Timer(0.3, holder.release).start()
+        assert waiter.acquire(blocking=True, timeout=8)
+        assert time.monotonic() - began < 5  # woken by the release, not by the 10 s TTL
+        waiter.release()
