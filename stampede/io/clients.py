@@ -16,7 +16,9 @@ import os
 import threading
 import weakref
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+_T = TypeVar("_T")
 
 _shared: dict[Hashable, Any] = {}
 _shared_lock = threading.Lock()
@@ -211,3 +213,34 @@ def _forget_parent_state() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_parent_state)
+
+
+class PerProcess(Generic[_T]):
+    """One object per owner (a connection pool, a cluster client) per process.
+
+    Built on first use, closed when its owner is collected, and forgotten in a forked child:
+    the child shares the parent's sockets but inherits none of its threads, so it builds its
+    own and must never close (let alone read) the parent's connections.
+    """
+
+    def __init__(self, build: Callable[[Any], _T], close: Callable[[_T], object]) -> None:
+        self._build = build
+        self._close = close
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._objects: weakref.WeakKeyDictionary[Any, _T] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def get(self, owner: Any) -> _T:
+        """Return ``owner``'s object, building it on first use."""
+        found = self._objects.get(owner)
+        if found is not None:
+            return found
+        with self._lock:
+            found = self._objects.get(owner)
+            if found is None:
+                found = self._objects[owner] = self._build(owner)
+                weakref.finalize(owner, self._close, found)
+        return found

@@ -36,7 +36,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .channels import SHARDED, channel_name
-from .clients import connection_pool_of
+from .clients import PerProcess, connection_pool_of
 from .notify import ACK_TIMEOUT, Notifier, Subscription
 
 logger = logging.getLogger(__name__)
@@ -183,28 +183,9 @@ def _pool_of_node(node: Any, cluster: Any) -> Any:
 
 # -- one router per cluster client per process -------------------------------------------------
 
-_registry: weakref.WeakKeyDictionary[Any, ShardedNotifiers] = weakref.WeakKeyDictionary()
-_registry_lock = threading.Lock()
+_routers: PerProcess[ShardedNotifiers] = PerProcess(ShardedNotifiers, ShardedNotifiers.close)
 
 
 def sharded_notifiers_for(cluster: Any) -> ShardedNotifiers:
     """Return this process's sharded listeners for the cluster client ``cluster``."""
-    notifiers = _registry.get(cluster)
-    if notifiers is not None:
-        return notifiers
-    with _registry_lock:
-        notifiers = _registry.get(cluster)
-        if notifiers is None:
-            notifiers = _registry[cluster] = ShardedNotifiers(cluster)
-            weakref.finalize(cluster, notifiers.close)
-    return notifiers
-
-
-def _forget_parent_state() -> None:
-    # As notify does: a forked child builds its own listeners and never touches the parent's.
-    global _registry, _registry_lock
-    _registry = weakref.WeakKeyDictionary()
-    _registry_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_parent_state)
+    return _routers.get(cluster)

@@ -35,7 +35,6 @@ import logging
 import os
 import threading
 import time
-import weakref
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -51,7 +50,7 @@ from .channels import (
     listener_connection_kwargs,
     raised_again,
 )
-from .clients import connection_pool_of, is_cluster
+from .clients import PerProcess, connection_pool_of, is_cluster
 
 if TYPE_CHECKING:
     from .cluster import ShardedNotifiers
@@ -356,8 +355,9 @@ class Notifier:
 
 # -- one notifier per connection pool per process -------------------------------------------
 
-_registry: weakref.WeakKeyDictionary[Any, Notifier] = weakref.WeakKeyDictionary()
-_registry_lock = threading.Lock()
+_notifiers: PerProcess[Notifier] = PerProcess(
+    lambda pool: Notifier(pool.connection_class, pool.connection_kwargs), Notifier.close
+)
 
 
 def notifier_for(client: Any) -> Notifier | ShardedNotifiers:
@@ -370,25 +370,4 @@ def notifier_for(client: Any) -> Notifier | ShardedNotifiers:
         from .cluster import sharded_notifiers_for
 
         return sharded_notifiers_for(client)
-    pool = connection_pool_of(client)
-    notifier = _registry.get(pool)
-    if notifier is not None:
-        return notifier
-    with _registry_lock:
-        notifier = _registry.get(pool)
-        if notifier is None:
-            notifier = Notifier(pool.connection_class, pool.connection_kwargs)
-            _registry[pool] = notifier
-            weakref.finalize(pool, notifier.close)
-    return notifier
-
-
-def _forget_parent_state() -> None:
-    # A forked child shares the parent's sockets and inherits no threads: it must build its
-    # own listener, and must not touch (let alone close) the parent's connection.
-    global _registry, _registry_lock
-    _registry = weakref.WeakKeyDictionary()
-    _registry_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_parent_state)
+    return _notifiers.get(connection_pool_of(client))

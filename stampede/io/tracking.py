@@ -32,7 +32,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from ..core.near import NearCache
 from .channels import Backoff, ConnectTimeouts, listener_connection_kwargs
-from .clients import connection_pool_of
+from .clients import PerProcess, connection_pool_of
 
 logger = logging.getLogger(__name__)
 
@@ -246,31 +246,14 @@ def covering(nears: dict[bytes, Any]) -> tuple[bytes, ...]:
 
 # -- one tracker per connection pool per process -------------------------------------------------
 
-_registry: weakref.WeakKeyDictionary[Any, Tracker] = weakref.WeakKeyDictionary()
-_registry_lock = threading.Lock()
+_trackers: PerProcess[Tracker] = PerProcess(
+    lambda pool: Tracker(pool.connection_class, pool.connection_kwargs), Tracker.close
+)
 
 
 def tracker_for(client: Any) -> Tracker:
-    """Return this process's tracker for the connection pool behind ``client``."""
-    pool = connection_pool_of(client)
-    tracker = _registry.get(pool)
-    if tracker is not None:
-        return tracker
-    with _registry_lock:
-        tracker = _registry.get(pool)
-        if tracker is None:
-            tracker = Tracker(pool.connection_class, pool.connection_kwargs)
-            _registry[pool] = tracker
-            weakref.finalize(pool, tracker.close)
-    return tracker
+    """Return this process's tracker for the connection pool behind ``client``.
 
-
-def _forget_parent_state() -> None:
-    # A forked child inherits no thread, and must not touch the parent's connection; its near
-    # caches are disarmed by stampede.core.near, and track again through a tracker of its own.
-    global _registry, _registry_lock
-    _registry = weakref.WeakKeyDictionary()
-    _registry_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_parent_state)
+    A forked child gets its own (its near caches are disarmed by ``stampede.core.near``).
+    """
+    return _trackers.get(connection_pool_of(client))

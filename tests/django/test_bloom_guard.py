@@ -31,7 +31,9 @@ def site(settings, redis, redis_url):
     for name, value in page_site.settings_for(redis_url).items():
         setattr(settings, name, value)
     settings.ROOT_URLCONF = bloom_site.__name__
-    return bloom_site.build(redis_url)
+    products = bloom_site.build(redis_url)
+    yield products
+    products.client.close()
 
 
 class Loader:
