@@ -18,7 +18,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from . import charts, measure, plan, report, runner, targets
+from . import charts, measure, plan, report, runner, servers, targets
 from .implementations import ADAPTERS, in_scenario
 from .workload import control_every
 
@@ -104,6 +104,8 @@ def machine(client: Any) -> dict[str, Any]:
         "python-redis-lock",
         "dogpile.cache",
         "cashews",
+        "pottery",
+        "kazoo",
     ):
         try:
             versions[dist] = metadata.version(dist)
@@ -225,11 +227,32 @@ def main(argv: list[str] | None = None) -> int:
         ]
         if args.profile:
             specs = [dataclasses.replace(s, profile_dir=str(args.profile)) for s in specs]
-        started = time.monotonic()
-        results = run_all(specs, client)
+        needs = {need for spec in specs for need in ADAPTERS[spec.impl].servers}
+        with servers.LockServers(needs) as locks:
+            specs = _with_lock_servers(specs, locks, not_run)
+            if locks.describe():
+                print(locks.describe())
+            started = time.monotonic()
+            results = run_all(specs, client)
     _add_not_run(results, scenarios, impls, not_run)
     elapsed = time.monotonic() - started
     return _report(results, scenarios, settings, about, args, elapsed)
+
+
+def _with_lock_servers(
+    specs: list[plan.RunSpec], locks: servers.LockServers, not_run: dict[str, str]
+) -> list[plan.RunSpec]:
+    """Return the runs given their rows' lock servers; a row whose servers failed is not run."""
+    kept = []
+    for spec in specs:
+        needs = ADAPTERS[spec.impl].servers
+        failed = [locks.failed[need] for need in needs if need in locks.failed]
+        if failed:
+            not_run[spec.impl] = failed[0]
+            print(f"{spec.impl}: {failed[0]}", file=sys.stderr)
+            continue
+        kept.append(servers.assign(spec, needs, locks.urls, locks.hosts))
+    return kept
 
 
 def _meta(scenario: str, size: str, settings: plan.Settings) -> dict[str, Any]:

@@ -5,7 +5,9 @@ Every adapter has one interface, built once per process: ``get_or_set(key, loade
 clients are tasks on one event loop per process, as its users run it). ``loader`` is a
 ``workload.KeyLoader``: call it (sync) or await ``loader.acall()`` (async). Before the start,
 ``warm(key)`` (sync) waits for what a long-running process would hold (the near cache's
-copy); ``scenarios`` limits an adapter to the scenarios it is a row of.
+copy); ``scenarios`` limits an adapter to the scenarios it is a row of; ``servers`` names the
+lock servers it needs besides the cache's Redis (``benchmarks.servers``: five redis-servers
+for Redlock, a ZooKeeper), which the parent starts and the run's spec addresses.
 
 Rule: child-side module; imports Django and the libraries lazily, in ``setup()``, so that the
 parent can list what is not installed without importing any of them.
@@ -18,6 +20,8 @@ import math
 import time
 from typing import Any
 
+from .servers import REDLOCK, ZOOKEEPER, ZOOKEEPER_PATH, zookeeper_missing
+
 NAIVE_ALIAS = "naive"
 #: ``OPTIONS["NEAR_CACHE"]`` of the near-cache rows: the documented example.
 NEAR_CACHE = {"MAXSIZE": 10_000, "TTL": 1.0}
@@ -26,40 +30,60 @@ NEAR_WARM_S = 10.0
 _ABSENT: Any = object()  # cache.get's default: None is a value a cache may hold
 
 
-def configure_django(url: str, grace: float) -> None:
-    """Configure Django in this (spawned) process with one alias per Django-based adapter."""
+def configure_django(
+    url: str, grace: float, lock_urls: tuple[str, ...] = (), zookeeper: str = ""
+) -> None:
+    """Configure Django in this (spawned) process with one alias per Django-based adapter.
+
+    The aliases that lock outside the cache's Redis exist only when their servers are given
+    (``lock_urls``: the Redlock servers, ``zookeeper``: its hosts string).
+    """
     import django
     from django.conf import settings
 
     if settings.configured:
         return
-    settings.configure(
-        USE_TZ=True,
-        CACHES={
-            "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-            NAIVE_ALIAS: {
-                "BACKEND": "django.core.cache.backends.redis.RedisCache",
-                "LOCATION": url,
-            },
-            "stampede": {"BACKEND": "stampede.backends.StampedeCache", "LOCATION": NAIVE_ALIAS},
-            "stampede-grace": {
-                "BACKEND": "stampede.backends.StampedeCache",
-                "LOCATION": NAIVE_ALIAS,
-                "OPTIONS": {"GRACE": grace},
-            },
-            "stampede-near": {
-                "BACKEND": "stampede.backends.StampedeCache",
-                "LOCATION": NAIVE_ALIAS,
-                "OPTIONS": {"NEAR_CACHE": NEAR_CACHE},
-            },
-            "redis-lock": {
-                "BACKEND": "redis_lock.django_cache.RedisCache",
-                "LOCATION": url,
-                "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
-            },
-        },
-    )
+    settings.configure(USE_TZ=True, CACHES=_caches(url, grace, lock_urls, zookeeper))
     django.setup()
+
+
+def _caches(url: str, grace: float, lock_urls: tuple[str, ...], zookeeper: str) -> dict:
+    caches = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        NAIVE_ALIAS: {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": url,
+        },
+        "stampede": {"BACKEND": "stampede.backends.StampedeCache", "LOCATION": NAIVE_ALIAS},
+        "stampede-grace": {
+            "BACKEND": "stampede.backends.StampedeCache",
+            "LOCATION": NAIVE_ALIAS,
+            "OPTIONS": {"GRACE": grace},
+        },
+        "stampede-near": {
+            "BACKEND": "stampede.backends.StampedeCache",
+            "LOCATION": NAIVE_ALIAS,
+            "OPTIONS": {"NEAR_CACHE": NEAR_CACHE},
+        },
+        "redis-lock": {
+            "BACKEND": "redis_lock.django_cache.RedisCache",
+            "LOCATION": url,
+            "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
+        },
+    }
+    if lock_urls:
+        caches["stampede-redlock5"] = {
+            "BACKEND": "stampede.backends.StampedeCache",
+            "LOCATION": NAIVE_ALIAS,
+            "OPTIONS": {"LOCK": {"REDLOCK": list(lock_urls)}},
+        }
+    if zookeeper:
+        caches["stampede-zookeeper"] = {
+            "BACKEND": "stampede.backends.StampedeCache",
+            "LOCATION": NAIVE_ALIAS,
+            "OPTIONS": {"LOCK": {"ZOOKEEPER": zookeeper, "PATH": ZOOKEEPER_PATH}},
+        }
+    return caches
 
 
 class Adapter:
@@ -68,10 +92,12 @@ class Adapter:
     requires: tuple[str, ...] = ()
     asynchronous = False
     scenarios: tuple[str, ...] | None = None  # the scenarios it has a row in (None: all)
+    servers: tuple[str, ...] = ()  # lock servers besides the cache's Redis (REDLOCK, ZOOKEEPER)
 
-    def __init__(self, url: str, grace: float) -> None:
+    def __init__(self, url: str, grace: float, lock_urls: tuple[str, ...] = ()) -> None:
         self.url = url
         self.grace = grace
+        self.lock_urls = lock_urls
 
     @classmethod
     def unavailable(cls) -> str | None:
@@ -172,6 +198,73 @@ def keep_near_copy(cache: Any, key: str, within: float = NEAR_WARM_S) -> Any:
         time.sleep(0.001)  # lets the tracking thread arm the cache, or apply its report
         value = cache.get(key)
     return value
+
+
+class StampedeRedlock(Stampede):
+    """``StampedeCache`` with ``OPTIONS["LOCK"] = {"REDLOCK": [five URLs]}``.
+
+    Fills are locked by stampede's Redlock over five independent redis-servers; records,
+    wake-ups and the fenced commit stay on the cache's Redis. Cold rows only: the lock is
+    what differs, and a cold stampede is where it is taken.
+    """
+
+    name, label = "stampede-redlock5", "stampede LOCK=REDLOCK x5"
+    alias = "stampede-redlock5"
+    scenarios = ("cold",)
+    servers = (REDLOCK,)
+
+
+class StampedeZooKeeper(Stampede):
+    """``StampedeCache`` with ``OPTIONS["LOCK"] = {"ZOOKEEPER": hosts, "PATH": "/bench"}``.
+
+    Fills are locked by kazoo's lock recipe on one standalone ZooKeeper; records, wake-ups
+    and the fenced commit stay on the cache's Redis. Cold rows only, as ``stampede-redlock5``.
+    """
+
+    name, label = "stampede-zookeeper", "stampede LOCK=ZOOKEEPER"
+    alias = "stampede-zookeeper"
+    requires = ("kazoo",)
+    scenarios = ("cold",)
+    servers = (ZOOKEEPER,)
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        return super().unavailable() or zookeeper_missing()
+
+
+class PotteryRedlock(_Django):
+    """pottery's ``Redlock`` over the same five redis-servers, around the naive ``RedisCache``.
+
+    Written as a user writes a lock around Django's cache: ``get``; on a miss, take the lock
+    (its context manager: blocking, no timeout, the default 10 s ``auto_release_time``),
+    ``get`` again (another holder may have filled the key meanwhile), load, ``set``, release.
+    A contender that loses retries after a random sleep of up to 0.2 s (``_RETRY_DELAY``).
+    """
+
+    name, label = "pottery-redlock", "pottery Redlock x5"
+    requires = ("pottery",)
+    scenarios = ("cold",)
+    servers = (REDLOCK,)
+
+    def setup(self) -> None:
+        import redis
+        from pottery import Redlock
+
+        super().setup()
+        self._redlock = Redlock
+        self._masters = frozenset(redis.Redis.from_url(url) for url in self.lock_urls)
+
+    def get_or_set(self, key: str, loader: Any, timeout: float) -> Any:
+        cache = self._caches[NAIVE_ALIAS]
+        value = cache.get(key, _ABSENT)
+        if value is not _ABSENT:
+            return value
+        with self._redlock(key=key, masters=self._masters):
+            value = cache.get(key, _ABSENT)
+            if value is _ABSENT:
+                value = loader()
+                cache.set(key, value, timeout)
+        return value
 
 
 class RedisLock(_Django):
@@ -285,6 +378,9 @@ ADAPTERS: dict[str, type[Adapter]] = {
         Dogpile,
         CashewsLock,
         CashewsEarly,
+        StampedeRedlock,
+        StampedeZooKeeper,
+        PotteryRedlock,
     )
 }
 
@@ -300,9 +396,11 @@ def in_scenario(name: str, scenario: str) -> bool:
     return scenarios is None or scenario in scenarios
 
 
-def create(name: str, url: str, grace: float) -> Adapter:
+def create(
+    name: str, url: str, grace: float, lock_urls: tuple[str, ...] = (), zookeeper: str = ""
+) -> Adapter:
     """Return adapter ``name`` set up in this process (Django configured first)."""
-    configure_django(url, grace)
-    adapter = ADAPTERS[name](url, grace)
+    configure_django(url, grace, lock_urls, zookeeper)
+    adapter = ADAPTERS[name](url, grace, lock_urls)
     adapter.setup()
     return adapter

@@ -4,7 +4,10 @@ Definitions (also stated in docs/benchmarks.md):
 - Latency percentiles are nearest-rank over every caller's call, across all processes.
 - Redis commands come from ``INFO commandstats`` (commands run inside Lua scripts included);
   ``cmds`` excludes connection handshakes (hello, client, auth, select), ``cmds_all`` does not.
-  The harness's own CONFIG/INFO/FLUSHALL are never counted.
+  The harness's own CONFIG/INFO/FLUSHALL are never counted. A row that locks outside the
+  cache's Redis is charged for its lock servers too: ``cmds`` adds up every Redis the run
+  involved, ``lock_cmds`` is the lock servers' share, ``zk_packets`` what its ZooKeeper
+  received (requests, session pings; the harness's ``mntr`` excluded).
 - churn, "loads per key per expiry": a key's loads are grouped into expiry windows, a new
   window starting with a load that begins more than timeout/2 after the previous one ended
   (a duplicate load overlaps the first or follows it closely; the next expiry is about a
@@ -134,6 +137,10 @@ def _cold(result: RunResult) -> dict[str, Any]:
     metrics["clients"] = spec.clients
     metrics["processes"] = spec.processes
     metrics["cmds_per_process"] = metrics["cmds"] / spec.processes
+    if spec.lock_urls:
+        metrics["lock_cmds"] = sum(commands(s)[1] for s in result.server_commandstats[1:])
+    if result.zookeeper_packets is not None:
+        metrics["zk_packets"] = result.zookeeper_packets
     return metrics
 
 

@@ -72,6 +72,10 @@ class RunSpec:
     calls: int = 0  # hit: calls per kind (impl, raw)
     blocks: int = 0  # hit: timed blocks per kind
     profile_dir: str | None = None
+    # The lock servers of a row that locks outside the cache's Redis (servers.assign); the run
+    # counts their commands with the cache's.
+    lock_urls: tuple[str, ...] = ()
+    zookeeper: str = ""
     run_id: str = field(default="")
 
     @property

@@ -11,6 +11,10 @@ Sequence (parent | children)::
     INFO commandstats   |
     set "collected"     | exit
 
+Every server the run's spec names is counted: the cache's Redis, and the lock servers of a
+row that locks outside it (``spec.lock_urls``: FLUSHALL, RESETSTAT and INFO commandstats on
+each; ``spec.zookeeper``: its packets, from ``mntr``, between the reset and the end).
+
 Rule: children are spawned ("spawn" start method), never forked, and configure Django
 themselves; the parent keeps no state from one run to the next besides its Redis client.
 Rule: a child that fails or hangs fails its run, never the whole invocation.
@@ -27,6 +31,9 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
+
+from . import servers
 from .plan import RunSpec
 
 STARTUP_S = 120.0
@@ -38,7 +45,9 @@ class RunResult:
 
     spec: RunSpec
     outcomes: list[dict] = field(default_factory=list)
-    commandstats: dict[str, int] = field(default_factory=dict)
+    commandstats: dict[str, int] = field(default_factory=dict)  # every Redis's, added up
+    server_commandstats: list[dict[str, int]] = field(default_factory=list)  # the cache's first
+    zookeeper_packets: int | None = None  # None: the run used no ZooKeeper
     failure: str | None = None  # the run as a whole failed: crash, hang, set-up error
 
 
@@ -50,9 +59,51 @@ def command_counts(client: Any) -> dict[str, int]:
     }
 
 
+def added_up(counts: list[dict[str, int]]) -> dict[str, int]:
+    """Return the calls per command of several servers added up."""
+    total: dict[str, int] = {}
+    for stats in counts:
+        for name, calls in stats.items():
+            total[name] = total.get(name, 0) + calls
+    return total
+
+
+class _Counters:
+    """The command counters of every server a run involves: the cache's Redis first."""
+
+    def __init__(self, spec: RunSpec, client: Any) -> None:
+        self.lock_clients = [redis.Redis.from_url(url) for url in spec.lock_urls]
+        self.clients = [client, *self.lock_clients]
+        self.zookeeper = spec.zookeeper
+        self.zookeeper_base = 0
+
+    def flush(self) -> None:
+        for client in self.clients:
+            client.flushall()
+
+    def reset(self) -> None:
+        for client in self.clients:
+            client.config_resetstat()
+        if self.zookeeper:
+            self.zookeeper_base = servers.zookeeper_packets(self.zookeeper)
+
+    def read(self, result: RunResult) -> None:
+        result.server_commandstats = [command_counts(client) for client in self.clients]
+        result.commandstats = added_up(result.server_commandstats)
+        if self.zookeeper:
+            # Less this read's own ``mntr``, as the harness's INFO is not counted either.
+            packets = servers.zookeeper_packets(self.zookeeper) - self.zookeeper_base - 1
+            result.zookeeper_packets = packets
+
+    def close(self) -> None:
+        for client in self.lock_clients:
+            client.close()
+
+
 def run(spec: RunSpec, client: Any) -> RunResult:
     """Perform one run against the Redis that ``client`` talks to; see the module docstring."""
-    client.flushall()
+    counters = _Counters(spec, client)
+    counters.flush()
     context = multiprocessing.get_context("spawn")
     ready, go = context.Barrier(spec.processes + 1), context.Barrier(spec.processes + 1)
     collected, results = context.Event(), context.Queue()
@@ -69,15 +120,16 @@ def run(spec: RunSpec, client: Any) -> RunResult:
         child.start()
     result = RunResult(spec)
     try:
-        _start(spec, client, ready, go)
+        _start(spec, counters, ready, go)
         result.outcomes = _collect(spec, children, results)
-        result.commandstats = command_counts(client)
+        counters.read(result)
     except _RunFailed as failed:
         result.failure = str(failed) + _fatal_messages(results)
     finally:
         collected.set()
         _reap(children)
         results.close()
+        counters.close()
     return result
 
 
@@ -85,17 +137,17 @@ class _RunFailed(Exception):
     pass
 
 
-def _start(spec: RunSpec, client: Any, ready: Any, go: Any) -> None:
+def _start(spec: RunSpec, counters: _Counters, ready: Any, go: Any) -> None:
     try:
         ready.wait(timeout=STARTUP_S)
         time.sleep(0.05)  # let warm-up stragglers (UNSUBSCRIBE, lock signals) land first
-        client.config_resetstat()
+        counters.reset()
         go.wait(timeout=STARTUP_S)
     except threading.BrokenBarrierError:
         raise _RunFailed("a worker process failed to start") from None
     if spec.settle_s:
         time.sleep(spec.settle_s)
-        client.config_resetstat()
+        counters.reset()
 
 
 def _collect(spec: RunSpec, children: list, results: Any) -> list[dict]:
@@ -143,7 +195,9 @@ def child_main(spec: RunSpec, index: int, ready: Any, go: Any, collected: Any, r
     from . import implementations, workload
 
     try:
-        adapter = implementations.create(spec.impl, spec.url, spec.grace)
+        adapter = implementations.create(
+            spec.impl, spec.url, spec.grace, spec.lock_urls, spec.zookeeper
+        )
         outcome = workload.run_process(adapter, spec, index, ready, go)
     except BaseException:
         for barrier in (ready, go):

@@ -1,5 +1,5 @@
-"""Smoke tests of the soak's lock audit, of the loop-gap and near-cache benchmarks, and of
-the harness's small helpers.
+"""Smoke tests of the soak's lock audit, of the loop-gap and near-cache benchmarks, of the
+rows that lock outside the cache's Redis, and of the harness's small helpers.
 
 The audit (``benchmarks.soak.Auditor``) replays a real MONITOR stream: here it watches a real
 redis-server while the library's own Lua scripts take, renew, commit and release locks, and
@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 import redis as redis_py
 
-from benchmarks import near, soak
+from benchmarks import measure, near, plan, runner, servers, soak
 from benchmarks.implementations import ADAPTERS, in_scenario
+from benchmarks.workload import IMPL
 from stampede.core.envelope import Envelope
 from stampede.core.keys import done_channel, lock_key
 from stampede.io import scripts
@@ -143,11 +144,108 @@ def test_near_summary_is_median_and_nearest_rank_p99():
     assert all(math.isnan(empty[name]) for name in ("median_ms", "p99_ms", "max_ms"))
 
 
+LOCK_ROWS = ("stampede-redlock5", "stampede-zookeeper", "pottery-redlock")
+
+
 def test_the_near_get_row_is_a_hit_row_only_and_the_others_run_everywhere():
     assert in_scenario("stampede-near-get", "hit")
     assert not in_scenario("stampede-near-get", "churn")
-    others = [name for name in ADAPTERS if name != "stampede-near-get"]
+    others = [name for name in ADAPTERS if name not in ("stampede-near-get", *LOCK_ROWS)]
     assert all(in_scenario(name, scenario) for name in others for scenario in ("cold", "churn"))
+
+
+def test_the_outside_lock_rows_are_cold_rows_that_name_their_lock_servers():
+    for name in LOCK_ROWS:
+        assert in_scenario(name, "cold")
+        assert not any(in_scenario(name, s) for s in ("churn", "hit", "scale"))
+    assert ADAPTERS["stampede-redlock5"].servers == (servers.REDLOCK,)
+    assert ADAPTERS["pottery-redlock"].servers == (servers.REDLOCK,)
+    assert ADAPTERS["stampede-zookeeper"].servers == (servers.ZOOKEEPER,)
+    assert all(not ADAPTERS[name].servers for name in ADAPTERS if name not in LOCK_ROWS)
+
+
+def _cold_spec(**lock_servers) -> plan.RunSpec:
+    return plan.RunSpec(
+        "cold", "stampede", 0, "redis://127.0.0.1:1/0", 2, 3, 0.1, 60.0, 1.0, 30.0, **lock_servers
+    )
+
+
+def test_a_run_is_given_only_the_lock_servers_its_row_uses():
+    urls, hosts = tuple(f"redis://127.0.0.1:{n}/0" for n in range(2, 7)), "127.0.0.1:9"
+    spec = _cold_spec()
+    assert servers.assign(spec, (), urls, hosts) == spec
+    redlock = servers.assign(spec, (servers.REDLOCK,), urls, hosts)
+    assert (redlock.lock_urls, redlock.zookeeper) == (urls, "")
+    zookeeper = servers.assign(spec, (servers.ZOOKEEPER,), urls, hosts)
+    assert (zookeeper.lock_urls, zookeeper.zookeeper) == ((), hosts)
+
+
+def test_the_command_counts_of_several_servers_add_up():
+    counts = [{"get": 2, "evalsha": 1}, {"set": 5, "evalsha": 5}, {}]
+    assert runner.added_up(counts) == {"get": 2, "evalsha": 6, "set": 5}
+    assert runner.added_up([]) == {}
+
+
+def _outcome(latencies: list[float], loads: list) -> dict:
+    n = len(latencies)
+    return {
+        "index": 0,
+        "go_wall": 0.0,
+        "kind": [IMPL] * n,
+        "tag": [0] * n,
+        "start": [0.0] * n,
+        "latency": latencies,
+        "age": [0.0] * n,
+        "errors": 0,
+        "first_error": None,
+        "warm_errors": [],
+        "hung": 0,
+        "loads": loads,
+    }
+
+
+def test_a_cold_row_is_charged_for_its_lock_servers_per_process():
+    spec = _cold_spec(lock_urls=("redis://127.0.0.1:2/0", "redis://127.0.0.1:3/0"))
+    cache = {"get": 4, "evalsha": 2, "config|resetstat": 1}
+    locks = [{"set": 3, "evalsha": 2, "hello": 1}, {"set": 3, "evalsha": 2}]
+    result = runner.RunResult(
+        spec,
+        outcomes=[_outcome([0.1] * 3, [("k", 0.0, 0.1)]), _outcome([0.1] * 3, [])],
+        server_commandstats=[cache, *locks],
+        commandstats=runner.added_up([cache, *locks]),
+    )
+    metrics = measure.summarize(result)
+    assert metrics["loads"] == 1
+    assert metrics["cmds"] == 6 + 10  # handshakes (hello) and the harness's RESETSTAT excluded
+    assert metrics["lock_cmds"] == 10
+    assert metrics["cmds_per_process"] == 8.0
+    assert "zk_packets" not in metrics
+    zookeeper = runner.RunResult(
+        _cold_spec(zookeeper="127.0.0.1:9"),
+        outcomes=[_outcome([0.1], [("k", 0.0, 0.1)])],
+        server_commandstats=[cache],
+        commandstats=cache,
+        zookeeper_packets=7,
+    )
+    assert measure.summarize(zookeeper)["zk_packets"] == 7
+
+
+@pytest.mark.timeout(240)
+def test_the_outside_lock_rows_run_a_cold_stampede_with_one_load(tmp_path):
+    command = [sys.executable, "-m", "benchmarks", "--quick", "--scenarios", "cold"]
+    command += ["--impls", ",".join(LOCK_ROWS), "--no-charts", "--out", str(tmp_path)]
+    subprocess.run(command, cwd=ROOT, check=False, capture_output=True, timeout=230)
+    rows = json.loads((tmp_path / "results.json").read_text())["results"]["cold"]["2x10"]
+    assert set(rows) == set(LOCK_ROWS)
+    ran = {name: entry["row"] for name, entry in rows.items() if "row" in entry}
+    assert "stampede-redlock5" in ran  # needs nothing but redis-server
+    for name, row in ran.items():
+        assert row["loads_max"] == 1, (name, row)
+        assert row["errors_total"] == 0 and row["hung_total"] == 0, (name, row)
+        if name == "stampede-zookeeper":
+            assert row["zk_packets"] > 0
+        else:
+            assert row["lock_cmds"] > 0
 
 
 @pytest.mark.timeout(120)
