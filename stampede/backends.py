@@ -101,10 +101,12 @@ def outside_locks(spec: lockspec.LockSpec) -> Callable[..., Any]:
             return Redlock(servers, name, ttl, **kwargs)
 
         return redlock
-    from .contrib.zookeeper import ZooKeeperLock
+    from .contrib.zookeeper import ZooKeeperLock, shared_client
 
     def zookeeper(name: Any, ttl: float, **kwargs: Any) -> Any:
-        return ZooKeeperLock(spec.hosts, name, ttl, path=spec.path, **kwargs)
+        # The session, shared by the process's locks, is opened on the first fill that locks.
+        client = shared_client(spec.hosts, spec.session_timeout)
+        return ZooKeeperLock(client, name, ttl, path=spec.path, **kwargs)
 
     return zookeeper
 

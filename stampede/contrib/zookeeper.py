@@ -75,6 +75,8 @@ MAX_NODE_NAME = 200
 # The recipe's contender znodes are "<uuid>__lock__<sequence>".
 _CONTENDER_MARK = "__lock__"
 _CONNECT_TIMEOUT = 15.0
+#: kazoo's own default: a holder silent this long loses its session, and with it its locks.
+DEFAULT_SESSION_TIMEOUT = 10.0
 # kazoo's own default, for a client that does not say what it asked for.
 _DEFAULT_SESSION_TIMEOUT = 10.0
 
@@ -108,12 +110,15 @@ def lock_path(path: str, name: str | bytes) -> str:
 
 # -- one client per hosts string per process -----------------------------------------------
 
-_clients: dict[str, Any] = {}
+_clients: dict[tuple[str, float], Any] = {}
 _clients_lock = threading.Lock()
 
 
-def shared_client(hosts: str) -> Any:
+def shared_client(hosts: str, session_timeout: float = DEFAULT_SESSION_TIMEOUT) -> Any:
     """Return this process's started ``KazooClient`` for ``hosts``, connecting on first use.
+
+    One per hosts string and ``session_timeout`` (seconds: how long a silent holder keeps its
+    locks, and how soon a paused one loses them).
 
     Raises:
         ValueError: ``hosts`` is empty.
@@ -122,11 +127,11 @@ def shared_client(hosts: str) -> Any:
     if not hosts:
         raise ValueError("hosts must name at least one server, e.g. '127.0.0.1:2181'")
     with _clients_lock:
-        client = _clients.get(hosts)
+        client = _clients.get((hosts, session_timeout))
         if client is None:
-            client = KazooClient(hosts=hosts)
+            client = KazooClient(hosts=hosts, timeout=session_timeout)
             client.start(timeout=_CONNECT_TIMEOUT)
-            _clients[hosts] = client
+            _clients[(hosts, session_timeout)] = client
         return client
 
 

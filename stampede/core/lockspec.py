@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from . import options as conf
+
 #: What a Redis URL may start with (redis-py's ``from_url`` schemes).
 REDIS_URL_SCHEMES = ("redis://", "rediss://", "unix://")
 #: Fewer independent servers than this cannot outvote one that is lost.
@@ -32,6 +34,7 @@ class LockSpec:
     urls: tuple[str, ...] = ()
     hosts: str = ""
     path: str = "/stampede"
+    session_timeout: float = 10.0  # ZooKeeper: how soon a silent (paused) holder loses its locks
 
     @classmethod
     def from_setting(cls, value: Any) -> LockSpec | None:
@@ -49,11 +52,14 @@ class LockSpec:
         if kinds == ["REDLOCK"]:
             _refuse_unknown(value, ("REDLOCK",))
             return cls("redlock", urls=_redlock_urls(value["REDLOCK"]))
-        _refuse_unknown(value, ("ZOOKEEPER", "PATH"))
+        _refuse_unknown(value, ("ZOOKEEPER", "PATH", "SESSION_TIMEOUT"))
         return cls(
             "zookeeper",
             hosts=_zookeeper_hosts(value["ZOOKEEPER"]),
             path=_znode_path(value.get("PATH", "/stampede")),
+            session_timeout=conf.seconds(
+                f"{_SETTING}['SESSION_TIMEOUT']", value.get("SESSION_TIMEOUT", 10.0)
+            ),
         )
 
     def describe(self) -> str:

@@ -4,6 +4,9 @@ lock znode's czxid on the cache's Redis."""
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
+import time
 
 import pytest
 from django.core.cache import caches
@@ -14,6 +17,7 @@ from stampede.core.keys import CacheKey
 from stampede.fill.fenced import FencedStore
 from tests.django import workers
 from tests.helpers import run_concurrently
+from tests.scaleout import fenced_workers
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -75,3 +79,30 @@ def test_cache_lock_is_a_zookeeper_lock(settings, redis_url, zk_hosts, name):
         assert lock.owned() and lock.fencing_token
     assert cache.get_or_load("zk-once", lambda: "loaded", 60) == "loaded"
     assert cache.get_or_load("zk-once", lambda: "again", 60) == "loaded"
+
+
+@pytest.mark.slow
+def test_a_holder_paused_past_its_session_is_told_and_cannot_overwrite(
+    settings, redis, redis_url, zk_hosts, name
+):
+    setting = workers.caches_config(
+        redis_url, LOCK={"ZOOKEEPER": zk_hosts, "PATH": f"/{name}", "SESSION_TIMEOUT": 2}
+    )
+    settings.CACHES = setting
+    started, results = SPAWN.Event(), SPAWN.Queue()
+    holder = SPAWN.Process(
+        target=fenced_workers.hold, args=(setting, "zk-paused", started, results), daemon=True
+    )
+    holder.start()
+    try:
+        assert started.wait(60)
+        os.kill(holder.pid, signal.SIGSTOP)
+        time.sleep(4.0)  # twice its session timeout: ZooKeeper expires the session
+        cache = caches["default"]
+        assert cache.get_or_load("zk-paused", lambda: "newer holder", 300) == "newer holder"
+        os.kill(holder.pid, signal.SIGCONT)
+        assert results.get(timeout=60) == ("value", "paused holder")  # its caller's own
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        holder.join(30)
+    assert cache.get("zk-paused") == "newer holder"

@@ -15,6 +15,8 @@ def test_redlock_and_zookeeper_specs():
     spec = LockSpec.from_setting({"ZOOKEEPER": "zk1:2181,[::1]:2182/chroot", "PATH": "/locks"})
     assert spec == LockSpec("zookeeper", hosts="zk1:2181,[::1]:2182/chroot", path="/locks")
     assert LockSpec.from_setting({"ZOOKEEPER": "zk1:2181"}).path == "/stampede"
+    spec = LockSpec.from_setting({"ZOOKEEPER": "zk1:2181", "SESSION_TIMEOUT": 2})
+    assert spec.session_timeout == 2.0
 
 
 @pytest.mark.parametrize(
@@ -34,6 +36,7 @@ def test_redlock_and_zookeeper_specs():
         ({"ZOOKEEPER": "zk1:2181", "PATH": "locks"}, "absolute znode path"),
         ({"ZOOKEEPER": "zk1:2181", "PATH": "/locks/"}, "absolute znode path"),
         ({"ZOOKEEPER": "zk1:2181", "SESSION": 3}, "unknown key"),
+        ({"ZOOKEEPER": "zk1:2181", "SESSION_TIMEOUT": 0}, "SESSION_TIMEOUT"),
     ],
 )
 def test_mistakes_are_named(setting, message):
