@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 
 from ..core.envelope import MISSING, TIMED_OUT, WakeUp, parse_wakeup
 from ..core.flight import LockAttempt
-from ..core.keys import CacheKey, done_channel, lock_key
+from ..core.keys import CacheKey, done_channel, lock_key, refuse_scattered
 from ..core.port import Dumps, Loads
 from ..fill import calls
 from ..io import clients, scripts
@@ -35,6 +35,7 @@ class RedisStore:
         self.client = client
         self.dumps = dumps
         self.loads = loads
+        self._cluster = clients.is_cluster(client)
 
     def __repr__(self) -> str:
         return f"<aio.RedisStore {self.client!r}>"
@@ -67,6 +68,8 @@ class RedisStore:
         return [(raw, int(pttl)) for raw, pttl in zip(replies[::2], replies[1::2], strict=True)]
 
     def lock(self, key: CacheKey, ttl: float) -> RedisFillLock:
+        if self._cluster:
+            refuse_scattered(key.full)
         return RedisFillLock(self, key, ttl)
 
     async def invalidate(self, keys: Sequence[CacheKey]) -> None:

@@ -52,6 +52,26 @@ def _has_hash_tag(name: Name) -> bool:
     return text.find("}", opening + 1) > opening + 1
 
 
+def colocated(name: Name) -> bool:
+    """Return True if every name derived from ``name`` lies in ``name``'s Redis Cluster slot.
+
+    False only for a name with no hash tag of its own but a ``}`` (``a}b``, ``a{}b``): Redis
+    hashes it whole, and no derived name can hash like it, since a tag ends at the first ``}``.
+    """
+    if _has_hash_tag(name):
+        return True
+    return b"}" not in name if isinstance(name, bytes) else "}" not in name
+
+
+def refuse_scattered(name: Name) -> None:
+    """Raise ``ValueError`` for a name whose lock could not live in its slot (see above)."""
+    if not colocated(name):
+        raise ValueError(
+            f"{name!r} has a '}}' outside a hash tag, so on Redis Cluster its lock cannot live "
+            "in its slot: use a key without braces, or give it a hash tag ('{user42}:report')"
+        )
+
+
 #: The namespace of names derived from a name that carries its own hash tag.
 TAGGED_NAMESPACE = "stampede:"
 

@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 
 from ..core.envelope import MISSING, TIMED_OUT, WakeUp, parse_wakeup
 from ..core.flight import LockAttempt
-from ..core.keys import CacheKey, done_channel, lock_key
+from ..core.keys import CacheKey, done_channel, lock_key, refuse_scattered
 from ..core.port import Dumps, Loads
 from ..io import clients, scripts
 from ..io.notify import Subscription, notifier_for
@@ -43,6 +43,7 @@ class RedisStore:
         self.dumps = dumps
         self.loads = loads
         self._get = clients.fast_get(client)
+        self._cluster = clients.is_cluster(client)
 
     def __repr__(self) -> str:
         return f"<RedisStore {self.client!r}>"
@@ -68,6 +69,8 @@ class RedisStore:
         return [(raw, int(pttl)) for raw, pttl in zip(replies[::2], replies[1::2], strict=True)]
 
     def lock(self, key: CacheKey, ttl: float) -> RedisFillLock:
+        if self._cluster:
+            refuse_scattered(key.full)
         return RedisFillLock(self, key, ttl)
 
     def invalidate(self, keys: Sequence[CacheKey]) -> None:
