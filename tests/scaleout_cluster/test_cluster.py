@@ -123,8 +123,9 @@ def test_a_cold_stampede_over_keys_on_every_primary_loads_each_key_once(cluster,
 @pytest.mark.slow
 @pytest.mark.xfail(
     strict=False,
-    reason="open: over redis.asyncio.cluster, 3 processes x 10 tasks sometimes wait out "
-    "WAIT_TIMEOUT and load again (a wake-up lost or a redis-py async cluster connection error)",
+    reason="open: under 10 concurrent tasks, redis.asyncio.cluster's own connections sometimes "
+    "fail (AttributeError: 'NoneType' object has no attribute 'writelines', raised from a plain "
+    "GET); ON_REDIS_ERROR='load' then loads a key a second time",
 )
 def test_a_cold_stampede_of_asyncio_tasks_loads_each_key_once(cluster, cluster_url):
     cold = keys_on_every_primary(cluster, per_primary=2, prefix="acold")
@@ -132,8 +133,9 @@ def test_a_cold_stampede_of_asyncio_tasks_loads_each_key_once(cluster, cluster_u
     results = run_concurrently(workers.fill_every_key_in_tasks, 3, 1, cluster_url, cold, 10, 0.3)
 
     expected = sorted(f"value of {key}" for key in cold)
-    assert results == [("ok", [expected] * 10)] * 3
-    loads = {key: int(cluster.get(workers.counter_of(key))) for key in cold}
+    assert [kind for kind, _ in results] == ["ok"] * 3, results
+    assert [values for _, (values, _) in results] == [[expected] * 10] * 3
+    loads = {key: sum(process_loads[key] for _, (_, process_loads) in results) for key in cold}
     assert loads == dict.fromkeys(cold, 1)
 
 

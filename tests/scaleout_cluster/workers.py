@@ -97,18 +97,21 @@ def increment_under_mutex(url: str, name: str, counter: str, fences: str, times:
 
 def fill_every_key_in_tasks(url: str, keys: list[str], tasks: int, load_seconds: float) -> Any:
     """The asyncio twin: ``tasks`` tasks of one loop, one ``aio.Filler`` over one cluster
-    client, each task getting every key."""
+    client, each task getting every key. Returns (each task's values, this process's loads
+    per key): counted here, not by an INCR, which redis-py's cluster client may send twice
+    when it retries after a connection error."""
 
-    async def main() -> list[Any]:
+    async def main() -> Any:
         client = AsyncRedisCluster.from_url(url)
         filler = aio.Filler(aio.RedisStore(client), FillOptions(lock_ttl=30, wait_timeout=20))
+        loads = dict.fromkeys(keys, 0)
 
         async def one(offset: int) -> list[Any]:
             values = []
             for key in keys[offset:] + keys[:offset]:
 
                 async def load(key: str = key) -> str:
-                    await client.incr(counter_of(key))
+                    loads[key] += 1
                     await asyncio.sleep(load_seconds)
                     return f"value of {key}"
 
@@ -116,7 +119,8 @@ def fill_every_key_in_tasks(url: str, keys: list[str], tasks: int, load_seconds:
             return sorted(values)
 
         try:
-            return await asyncio.gather(*(one(i % len(keys)) for i in range(tasks)))
+            values = await asyncio.gather(*(one(i % len(keys)) for i in range(tasks)))
+            return values, loads
         finally:
             await client.aclose()
 
