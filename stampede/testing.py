@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 _START_TIMEOUT = 10.0
 # How long a start-up that found another server on its port waits for its own child to exit
@@ -198,13 +199,7 @@ class RedisServer:
 
     def stop(self) -> None:
         """Stop the server (if running) and remove its working directory."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        end_process(self.process)
         self.process = None
         if self._dir is not None:
             self._dir.cleanup()
@@ -215,3 +210,18 @@ class RedisServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def end_process(process: subprocess.Popen[Any] | None, timeout: float = 5.0) -> None:
+    """Stop ``process`` if it still runs: SIGTERM, then SIGKILL after ``timeout`` seconds.
+
+    Shared by the servers the tests start (Redis here; ZooKeeper and sentinels in the tests).
+    """
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -23,7 +23,7 @@ from typing import Any
 
 import redis as redis_py
 
-from stampede.testing import RedisServer, find_redis_server, free_port
+from stampede.testing import RedisServer, end_process, find_redis_server, free_port
 from tests.helpers import wait_until
 
 SERVICE = "stampede-svc"
@@ -94,13 +94,7 @@ class Sentinel:
         return "(no log)"
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        end_process(self.process)
         self.process = None
         if self._dir is not None:
             self._dir.cleanup()

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from stampede.testing import free_port
+from stampede.testing import end_process, free_port
 
 DEBIAN_JAR = "/usr/share/java/zookeeper.jar"
 # The jar's manifest names no SLF4J binding; with this one the server logs to its stderr.
@@ -198,12 +198,7 @@ class ZooKeeperServer:
         if self.process is not None and self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.process.send_signal(signal.SIGCONT)  # a paused JVM cannot exit
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        end_process(self.process, timeout=10)
         self.process = None
         if self._dir is not None:
             self._dir.cleanup()
