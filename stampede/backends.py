@@ -33,7 +33,7 @@ from . import signals as _signals  # noqa: F401  (herd events become Django sign
 from .aio import near as async_near
 from .aio.filler import Filler as AsyncFiller
 from .aio.store import RedisStore as AsyncRedisStore
-from .bloom import BloomGuard
+from .bloom import AnsweredGuard, BloomFilter, BloomGuard
 from .core import lockspec
 from .core import options as conf
 from .core.envelope import MISSING, Failure
@@ -85,8 +85,9 @@ def _in_sync_thread(loader: Callable[[], Any]) -> Callable[[], Any]:
     return load
 
 
-def outside_locks(spec: lockspec.LockSpec) -> Callable[..., Any]:
-    """Return ``new_lock(name, ttl, **kwargs)`` for ``OPTIONS["LOCK"]``'s kind of lock.
+def outside_locks(spec: lockspec.LockSpec) -> tuple[Callable[..., Any], tuple[type, ...]]:
+    """Return ``new_lock(name, ttl, **kwargs)`` for ``OPTIONS["LOCK"]``'s kind of lock, and
+    the errors of its system that mean "unreachable" (Redlock's are redis's own).
 
     Clients are made once per process (per URL, per hosts string); locks once per flight.
     """
@@ -100,7 +101,10 @@ def outside_locks(spec: lockspec.LockSpec) -> Callable[..., Any]:
             kwargs.setdefault("auto_renew", True)
             return Redlock(servers, name, ttl, **kwargs)
 
-        return redlock
+        return redlock, ()
+    from kazoo.exceptions import KazooException  # type: ignore[import-untyped]
+    from kazoo.handlers.threading import KazooTimeoutError  # type: ignore[import-untyped]
+
     from .contrib.zookeeper import ZooKeeperLock, shared_client
 
     def zookeeper(name: Any, ttl: float, **kwargs: Any) -> Any:
@@ -108,16 +112,27 @@ def outside_locks(spec: lockspec.LockSpec) -> Callable[..., Any]:
         client = shared_client(spec.hosts, spec.session_timeout)
         return ZooKeeperLock(client, name, ttl, path=spec.path, **kwargs)
 
-    return zookeeper
+    return zookeeper, (KazooException, KazooTimeoutError)
 
 
-def _guard(bloom: Any, key: Any, item: Any) -> BloomGuard | None:
+def _guard(bloom: Any, key: Any, item: Any) -> Any:
     """Return the ``bloom=`` guard of one call (checked now, naming what is wrong), or None."""
+    if isinstance(bloom, AnsweredGuard):
+        return bloom
     if bloom is None:
         if item is not None:
             raise TypeError("bloom_item= needs bloom= (the BloomFilter to check it in)")
         return None
     return BloomGuard(bloom, key if item is None else item)
+
+
+def _or_default(refused: NotFound, guard: Any, default: Any) -> Any:
+    """Return ``default`` for this call's own ``bloom=`` refusal; raise anything else (no
+    default given, or a ``NotFound`` from inside the loader, which is the loader's own)."""
+    ours = guard is not None and refused.item == guard.item
+    if default is NOT_FOUND or not ours:
+        raise refused
+    return default
 
 
 def _unwrap(record: Any, default: Any) -> Any:
@@ -242,8 +257,13 @@ class StampedeCache(BaseCache):
         if self._lock_spec is None:
             return store
         assert isinstance(store, RedisStore), "checked when built: the wrapped cache is Redis"
+        new_lock, lock_errors = outside_locks(self._lock_spec)
         return FencedStore(
-            store.client, outside_locks(self._lock_spec), dumps=store.dumps, loads=store.loads
+            store.client,
+            new_lock,
+            lock_errors=lock_errors,
+            dumps=store.dumps,
+            loads=store.loads,
         )
 
     @cached_property
@@ -316,10 +336,8 @@ class StampedeCache(BaseCache):
                 bloom=guard,
                 **options,
             )
-        except NotFound:
-            if default is NOT_FOUND:
-                raise
-            return default
+        except NotFound as refused:
+            return _or_default(refused, guard, default)
 
     async def aget_or_set(
         self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
@@ -357,6 +375,14 @@ class StampedeCache(BaseCache):
         guarded = {"bloom": bloom, "bloom_item": bloom_item, "default": default}
         filler = self._async_filler()
         if filler is None:
+            guard = _guard(bloom, key, bloom_item)
+            if guard is not None and not isinstance(bloom, BloomFilter):
+                # An asyncio filter belongs to this loop: ask it here, not in the thread.
+                try:
+                    admitted = await guard.aadmits()
+                except RedisError:
+                    admitted = True  # as the fill's own guard does: the miss goes on
+                guarded.update(bloom=AnsweredGuard(guard.item, admitted), bloom_item=None)
             call = functools.partial(
                 self.get_or_load, key, loader, timeout, version, **guarded, **options
             )
@@ -372,10 +398,8 @@ class StampedeCache(BaseCache):
                 bloom=guard,
                 **options,
             )
-        except NotFound:
-            if default is NOT_FOUND:
-                raise
-            return default
+        except NotFound as refused:
+            return _or_default(refused, guard, default)
 
     def _async_filler(self) -> AsyncFiller | None:
         """Return the running loop's twin of :attr:`filler`, built once per loop.
@@ -526,6 +550,7 @@ class StampedeCache(BaseCache):
     def get_many(self, keys: Any, version: Any = None) -> dict[Any, Any]:
         near = self.near
         if near is not None:
+            keys = list(keys)  # read twice if Redis fails: once here, once by the wrapped cache
             named = self._keys_by_full(keys, version)
             try:
                 return self._by_key(named, near.read_many(list(named)))
@@ -536,6 +561,7 @@ class StampedeCache(BaseCache):
     async def aget_many(self, keys: Any, version: Any = None) -> dict[Any, Any]:
         near, store = self._async_near()
         if near is not None:
+            keys = list(keys)
             named = self._keys_by_full(keys, version)
             try:
                 return self._by_key(named, await async_near.read_many(near, store, list(named)))
@@ -618,10 +644,16 @@ class StampedeCache(BaseCache):
         return failed
 
     def touch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
-        return self._wrapped.touch(key, timeout=timeout, version=version)
+        try:
+            return self._wrapped.touch(key, timeout=timeout, version=version)
+        finally:
+            self._forget([key], version)  # a copy must not outlive the key's new expiry
 
     async def atouch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
-        return await self._wrapped.atouch(key, timeout=timeout, version=version)
+        try:
+            return await self._wrapped.atouch(key, timeout=timeout, version=version)
+        finally:
+            self._forget([key], version)
 
     def delete(self, key: Any, version: Any = None) -> bool:
         """Delete ``key``; a fill of it in progress is voided and its waiters sent to reload."""

@@ -173,3 +173,21 @@ class BloomGuard:
         if isinstance(self.bloom, BloomFilter):
             return await asyncio.to_thread(self.bloom.__contains__, self.item)
         return bool(await self.bloom.contains(self.item))  # type: ignore[attr-defined]
+
+
+class AnsweredGuard:
+    """A ``bloom=`` guard already asked, on the event loop, for a fill that then runs in a
+    worker thread (a cache with no asyncio twin): an asyncio filter cannot be asked from
+    there. It costs that path one check even on a hit."""
+
+    __slots__ = ("admitted", "item")
+
+    def __init__(self, item: Any, admitted: bool) -> None:
+        self.item = item
+        self.admitted = admitted
+
+    def admits(self) -> bool:
+        return self.admitted
+
+    async def aadmits(self) -> bool:
+        return self.admitted

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import hashlib
 import logging
 import os
@@ -112,6 +113,13 @@ def lock_path(path: str, name: str | bytes) -> str:
 
 _clients: dict[tuple[str, float], Any] = {}
 _clients_lock = threading.Lock()
+#: Per hosts and timeout: the lock its first connect runs under (other ensembles' callers do
+#: not wait for it), and when and why its last connect failed.
+_starting: dict[tuple[str, float], threading.Lock] = {}
+_failed: dict[tuple[str, float], tuple[float, BaseException]] = {}
+#: After a failed connect, callers are told at once for this long instead of each waiting
+#: out a connect of their own: a ZooKeeper that is down must not hold every request 15 s.
+RETRY_AFTER = 5.0
 
 
 def shared_client(hosts: str, session_timeout: float = DEFAULT_SESSION_TIMEOUT) -> Any:
@@ -122,16 +130,37 @@ def shared_client(hosts: str, session_timeout: float = DEFAULT_SESSION_TIMEOUT) 
 
     Raises:
         ValueError: ``hosts`` is empty.
-        kazoo.handlers.threading.KazooTimeoutError: no server answered within 15 s.
+        kazoo.handlers.threading.KazooTimeoutError: no server answered within 15 s, now or
+            in the last ``RETRY_AFTER`` seconds.
     """
     if not hosts:
         raise ValueError("hosts must name at least one server, e.g. '127.0.0.1:2181'")
+    key = (hosts, session_timeout)
     with _clients_lock:
-        client = _clients.get((hosts, session_timeout))
-        if client is None:
-            client = KazooClient(hosts=hosts, timeout=session_timeout)
+        client = _clients.get(key)
+        if client is not None:
+            return client
+        starting = _starting.setdefault(key, threading.Lock())
+    with starting:
+        with _clients_lock:
+            client = _clients.get(key)
+            failed = _failed.get(key)
+        if client is not None:
+            return client
+        if failed is not None and time.monotonic() - failed[0] < RETRY_AFTER:
+            raise failed[1]
+        client = KazooClient(hosts=hosts, timeout=session_timeout)
+        try:
             client.start(timeout=_CONNECT_TIMEOUT)
-            _clients[(hosts, session_timeout)] = client
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                client.close()
+            with _clients_lock:
+                _failed[key] = (time.monotonic(), exc)
+            raise
+        with _clients_lock:
+            _failed.pop(key, None)
+            _clients[key] = client
         return client
 
 
@@ -153,6 +182,8 @@ def _forget_parent_state() -> None:
     # The parent's clients, their threads and their sessions are the parent's.
     global _clients_lock
     _clients.clear()
+    _starting.clear()
+    _failed.clear()
     _clients_lock = threading.Lock()
 
 

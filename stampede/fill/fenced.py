@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from ..core.envelope import FILLED_WITH_RECORD, INVALIDATED, MISSING, WakeUp, travels_with_wakeup
@@ -43,12 +44,29 @@ FENCE_KEEP = 24 * 3600.0
 LockFactory = Callable[[Any, float], Any]
 
 
+class LockUnavailable(RedisConnectionError):
+    """The outside lock's own system (ZooKeeper) could not be reached.
+
+    A ``redis`` connection error on purpose: the fill treats it as it treats its cache's
+    Redis going away, under ``ON_REDIS_ERROR`` (``"load"``: load without the lock).
+    """
+
+
 class FencedStore(RedisStore):
     """Records of one cache in Redis; each fill locked by ``new_lock``; every write fenced."""
 
-    def __init__(self, client: Any, new_lock: LockFactory, **serializer: Any) -> None:
+    def __init__(
+        self,
+        client: Any,
+        new_lock: LockFactory,
+        *,
+        lock_errors: tuple[type[BaseException], ...] = (),
+        **serializer: Any,
+    ) -> None:
         super().__init__(client, **serializer)
         self.new_lock = new_lock
+        #: The lock system's own errors (kazoo's), raised as ``LockUnavailable``.
+        self.lock_errors = lock_errors
 
     def __repr__(self) -> str:
         return f"<FencedStore {self.client!r} locks={self.new_lock!r}>"
@@ -73,24 +91,38 @@ class FencedFillLock:
         self._store = store
         self._key = key
         self._ttl = ttl
-        self._mutex = store.new_lock(key.full, ttl)
+        self._mutex: Any = None  # made by the first attempt, where its errors are the fill's
         self._epoch = b""
         self._wakeups = WakeUps(store.client, key, store.loads)
 
+    def _outside(self, call: Callable[[], Any]) -> Any:
+        """Run ``call`` on the outside lock; its system's errors become ``LockUnavailable``."""
+        try:
+            return call()
+        except self._store.lock_errors as exc:
+            message = f"the lock of {self._key.full!r} is unreachable: {exc!r}"
+            raise LockUnavailable(message) from exc
+
     def attempt(self) -> LockAttempt:
-        won, holder_ttl = self._mutex.attempt()
+        if self._mutex is None:
+            self._mutex = self._outside(lambda: self._store.new_lock(self._key.full, self._ttl))
+        won, holder_ttl = self._outside(self._mutex.attempt)
         if not won:
             return LockAttempt(False, holder_ttl=holder_ttl)
         full = self._key.full
         keys = (full, epoch_key(full))
-        raw, epoch = scripts.run(self._store.client, scripts.FENCED_READ, keys, ())
-        self._epoch = epoch or b""
+        raw, epoch = scripts.run(
+            self._store.client, scripts.FENCED_READ, keys, (to_ms(FENCE_KEEP),)
+        )
+        self._epoch = epoch
         return LockAttempt(True, record=MISSING if raw is None else self._store.loads(raw))
 
     def peek(self) -> float | None:
         # How long the holder has left is the outside lock's business; a held lock is waited
         # for at most its ttl before looking again (its release also wakes us).
-        return self._ttl if self._mutex.locked() else None
+        if self._mutex is None:
+            return None
+        return self._ttl if self._outside(self._mutex.locked) else None
 
     def subscribe(self, timeout: float | None = None) -> None:
         self._wakeups.subscribe(timeout)
@@ -99,6 +131,8 @@ class FencedFillLock:
         return self._wakeups.wait(seconds)
 
     def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
+        if self._mutex is None:
+            return False
         token = self._mutex.fencing_token
         if token is None or not self._mutex.token:
             return False
@@ -135,7 +169,7 @@ class FencedFillLock:
 
     def close(self) -> None:
         self._wakeups.close()
-        if self._mutex.token:
+        if self._mutex is not None and self._mutex.token:
             self._release()
 
     def _release(self) -> None:

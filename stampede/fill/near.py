@@ -121,7 +121,11 @@ class NearReads:
 @contextmanager
 def filling(key: CacheKey, near: NearReads | None) -> Iterator[None]:
     """Run one fill of ``key``: its loader may run (no re-entry), and a write may land in
-    Redis, which this process's copy must not outlive (Redis's report may come later)."""
+    Redis, which this process's copy must not outlive (Redis's report may come later).
+
+    A refresh handed to a background thread (``BACKGROUND``) writes after this returns: its
+    write drops the copy when Redis's report arrives (well under a millisecond on a LAN).
+    """
     try:
         with loading(key.full):
             yield

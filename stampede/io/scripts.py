@@ -305,11 +305,17 @@ FENCED_READ = Script(
     "fenced_read",
     """
 -- KEYS[1] cache key, KEYS[2] epoch key
--- ARGV none
--- returns {the cache key's value (nil when absent), the epoch (nil: never invalidated)}
+-- ARGV[1] ms a new epoch key is kept
+-- returns {the cache key's value (nil when absent), the epoch}
 -- A fenced fill's read once its (outside) lock is won: the epoch it sees is the one its
--- commit must still find, or a delete() came in between and the load is void.
-return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2])}
+-- commit must still find, or a delete() came in between and the load is void. A missing
+-- epoch is created, so that a FLUSHDB during the load (which removes it) voids it too.
+local epoch = redis.call('GET', KEYS[2])
+if not epoch then
+  epoch = '0'
+  redis.call('SET', KEYS[2], epoch, 'PX', ARGV[1])
+end
+return {redis.call('GET', KEYS[1]), epoch}
 """,
 )
 

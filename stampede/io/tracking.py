@@ -76,8 +76,8 @@ class Tracker:
             if self._closed:
                 return
             nears = self._nears.setdefault(name, weakref.WeakSet())
-            if near in nears:
-                return
+            if near in nears and self._thread is not None and self._thread.is_alive():
+                return  # tracked already; the thread arms it once Redis confirms
             nears.add(near)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
@@ -130,6 +130,11 @@ class Tracker:
                 if self._closed:
                     connection.disconnect()
                     return
+                if covering(self._nears) != prefixes:
+                    # A near cache of another prefix came during the handshake: this
+                    # connection does not report its keys. Make one that does.
+                    connection.disconnect()
+                    continue
                 self._connection = connection
                 self._tracked = prefixes
                 armed = self._nears_under_locked(prefixes)

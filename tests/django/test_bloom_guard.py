@@ -70,6 +70,18 @@ def test_default_is_returned_instead(make_cache, products):
     assert load.calls == 0
 
 
+def test_default_answers_only_this_calls_refusal(make_cache, products):
+    cache = make_cache()
+    products.add("outer")
+
+    def load():  # a loader whose own lookup is refused: its NotFound is its own
+        return cache.get_or_load("inner", Loader(), 60, bloom=products)
+
+    with pytest.raises(NotFound) as raised:
+        cache.get_or_load("outer", load, 60, bloom=products, default="unused")
+    assert raised.value.item == "inner"
+
+
 def test_an_added_item_loads_once_and_hits_skip_the_filter(make_cache, products):
     cache = make_cache()
     products.add("product:2")

@@ -99,6 +99,7 @@ def test_writes_through_this_process_show_at_once(near_cache):
     assert cache.get("k") == 2
     cache.set_many({"k": 3, "j": 4}, 60)
     assert cache.get_many(["k", "j", "absent"]) == {"k": 3, "j": 4}
+    assert cache.get_many(iter(["j", "k"])) == {"j": 4, "k": 3}
     cache.delete("k")
     assert cache.get("k") is None
     cache.set("c", 10, 60)
@@ -108,6 +109,10 @@ def test_writes_through_this_process_show_at_once(near_cache):
     cache.get("j")
     cache.delete_many(["j"])
     assert cache.get("j") is None
+    cache.set("t", "touched", 60)
+    kept(cache, "t")
+    cache.touch("t", 0)  # Django: EXPIRE t 0, which deletes it
+    assert cache.get("t") is None
     cache.set("v", "one", 60)
     cache.get("v")
     cache.incr_version("v")
@@ -320,3 +325,32 @@ def test_a_custom_key_function_needs_a_prefix(settings, redis_url):
 
 def custom_key(key, key_prefix, version):
     return f"custom/{key}"
+
+
+def test_a_prefix_tracked_during_the_handshake_is_armed(redis, redis_url):
+    """Two near caches of different prefixes first used at once: the connection made for the
+    first must not leave the second unreported (and so never armed)."""
+    from stampede.core.near import NearCache
+    from stampede.io.tracking import Tracker
+
+    pool = redis.connection_pool
+    tracker = Tracker(pool.connection_class, pool.connection_kwargs)
+    opened = tracker._open
+
+    def slow_open(prefixes):
+        time.sleep(0.5)  # the second prefix arrives while the first connection is made
+        return opened(prefixes)
+
+    tracker._open = slow_open
+    first, second = NearCache(10, 5), NearCache(10, 5)
+    try:
+        tracker.track("a:", first)
+        time.sleep(0.1)
+        tracker.track("b:", second)
+        wait_until(lambda: first.armed and second.armed, "both near caches armed")
+        redis.set("b:key", "x")
+        second.admit("b:key", b"x", second.stamp(), None)
+        redis.set("b:key", "y")
+        wait_until(lambda: second.lookup("b:key") is None, "the second prefix's report")
+    finally:
+        tracker.close()

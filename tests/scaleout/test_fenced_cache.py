@@ -62,6 +62,43 @@ def test_a_delete_during_a_load_voids_its_write(redis, quorum):
     assert store.read(key) == "fresh"
 
 
+def test_a_flush_during_a_load_voids_its_write(redis, quorum):
+    store = fenced_store(redis, quorum)
+    key = CacheKey.of("flushed")
+    holder = store.lock(key, 5)
+    assert holder.attempt().won
+    redis.flushdb()  # cache.clear() while the load runs: the key's epoch goes with it
+    assert not holder.commit(FILLED, "from before the flush", 60)
+    holder.close()
+    assert redis.get("flushed") is None
+
+
+def test_the_async_path_asks_an_asyncio_filter_on_the_loop(settings, redis_url, quorum):
+    import asyncio
+
+    import redis as redis_py
+
+    from stampede import NotFound, aio
+
+    settings.CACHES = cache_setting(redis_url, quorum)
+    cache = caches["default"]
+
+    async def scenario():
+        client = redis_py.asyncio.Redis.from_url(redis_url)
+        products = aio.BloomFilter(client, "tests:fenced-bloom", 1000, 0.01)
+        await products.add("known")
+        try:
+            assert await cache.aget_or_load("known", lambda: "v", 60, bloom=products) == "v"
+            with pytest.raises(NotFound):
+                await cache.aget_or_load("unknown", lambda: "v", 60, bloom=products)
+            default = await cache.aget_or_load("unknown", int, 60, bloom=products, default=-1)
+            assert default == -1
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())
+
+
 def cache_setting(redis_url, quorum, **options):
     return workers.caches_config(redis_url, LOCK={"REDLOCK": quorum.urls}, **options)
 

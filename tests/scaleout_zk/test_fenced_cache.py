@@ -106,3 +106,21 @@ def test_a_holder_paused_past_its_session_is_told_and_cannot_overwrite(
         os.kill(holder.pid, signal.SIGCONT)
         holder.join(30)
     assert cache.get("zk-paused") == "newer holder"
+
+
+@pytest.mark.slow
+def test_a_zookeeper_that_is_down_falls_back_as_redis_errors_do(settings, redis_url, name):
+    from stampede.testing import free_port
+
+    hosts = f"127.0.0.1:{free_port()}"  # nothing listens there
+    lock = {"ZOOKEEPER": hosts, "PATH": f"/{name}"}
+    settings.CACHES = workers.caches_config(redis_url, LOCK=lock)
+    cache = caches["default"]
+    started = time.monotonic()
+    # ON_REDIS_ERROR="load" (the default): loaded without the lock, and not cached
+    assert cache.get_or_load("zk-down", lambda: "loaded", 60) == "loaded"
+    first = time.monotonic() - started
+    started = time.monotonic()
+    assert cache.get_or_load("zk-down", lambda: "again", 60) == "again"
+    # The failed connect is remembered: the next fill is told at once, not after 15 s more.
+    assert time.monotonic() - started < first / 2
