@@ -98,7 +98,6 @@ def outside_locks(spec: lockspec.LockSpec) -> tuple[Callable[..., Any], tuple[ty
         servers = [clients.for_url(url) for url in spec.urls]
 
         def redlock(name: Any, ttl: float, **kwargs: Any) -> Any:
-            kwargs.setdefault("auto_renew", True)
             return Redlock(servers, name, ttl, **kwargs)
 
         return redlock, ()

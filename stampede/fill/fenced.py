@@ -40,8 +40,9 @@ logger = logging.getLogger(__name__)
 #: any holder can be paused and still resume to write.
 FENCE_KEEP = 24 * 3600.0
 
-#: ``new_lock(name, ttl)``: a fresh, unheld lock with ``stampede.Mutex``'s interface.
-LockFactory = Callable[[Any, float], Any]
+#: ``new_lock(name, ttl, **mutex_options)``: a fresh, unheld lock with ``stampede.Mutex``'s
+#: interface (``auto_renew``, ``timeout``, ``on_lost``, ...).
+LockFactory = Callable[..., Any]
 
 
 class LockUnavailable(RedisConnectionError):
@@ -105,7 +106,10 @@ class FencedFillLock:
 
     def attempt(self) -> LockAttempt:
         if self._mutex is None:
-            self._mutex = self._outside(lambda: self._store.new_lock(self._key.full, self._ttl))
+            self._mutex = self._outside(
+                # Renewed while the loader runs, as the default fill lock is.
+                lambda: self._store.new_lock(self._key.full, self._ttl, auto_renew=True)
+            )
         won, holder_ttl = self._outside(self._mutex.attempt)
         if not won:
             return LockAttempt(False, holder_ttl=holder_ttl)

@@ -27,8 +27,8 @@ COUNTER = "fenced-loads"
 def fenced_store(redis, quorum, auto_renew=True) -> FencedStore:
     servers = quorum.clients
 
-    def new_lock(name, ttl):
-        return Redlock(servers, name, ttl, auto_renew=auto_renew)
+    def new_lock(name, ttl, **options):
+        return Redlock(servers, name, ttl, **{**options, "auto_renew": auto_renew})
 
     return FencedStore(redis, new_lock)
 
@@ -153,6 +153,6 @@ def test_a_paused_process_holding_the_fill_cannot_overwrite(settings, redis, red
 def test_cache_lock_is_a_redlock(settings, redis_url, quorum):
     settings.CACHES = cache_setting(redis_url, quorum)
     lock = caches["default"].lock("report", ttl=5)
-    assert isinstance(lock, Redlock)
+    assert isinstance(lock, Redlock) and not lock.auto_renew  # Mutex's default
     with lock:
         assert lock.owned() and lock.fencing_token

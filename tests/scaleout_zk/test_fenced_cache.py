@@ -25,8 +25,10 @@ SPAWN = multiprocessing.get_context("spawn")
 def test_a_holder_that_lost_its_session_cannot_overwrite(redis, zk_hosts, zk, name):
     lost = []
 
-    def new_lock(lock_name, ttl):
-        return ZooKeeperLock(zk_hosts, lock_name, ttl, path=f"/{name}", on_lost=lost.append)
+    def new_lock(lock_name, ttl, **options):
+        return ZooKeeperLock(
+            zk_hosts, lock_name, ttl, path=f"/{name}", on_lost=lost.append, **options
+        )
 
     store = FencedStore(redis, new_lock)
     key = CacheKey.of("zk-paused")
