@@ -25,6 +25,7 @@ from __future__ import annotations
 import inspect
 import logging
 import signal
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,6 +57,8 @@ from .options import (
 )
 
 logger = logging.getLogger(__name__)
+# Serializes the merge of task classes' options (see SingleFlightTask._merge_single_flight).
+_merging = threading.RLock()
 
 # A redelivered message waits this much past the dead holder's TTL before it gives up.
 _REDELIVERY_MARGIN = 1.0
@@ -86,27 +89,49 @@ class SingleFlightTask(Task):
             inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD),
         ]
     )
+    # The class whose options are merged: a subclass inherits the attributes above, not this.
+    _single_flight_of: type | None = None
 
     @classmethod
     def on_bound(cls, app: Any) -> None:
         """Validate the merged ``single_flight`` options once, when the task meets its app."""
         super().on_bound(app)
-        merged: dict[str, Any] = {}
-        for klass in reversed(cls.__mro__):
-            declared = vars(klass).get("single_flight")
-            if declared is None:
-                continue
-            if not isinstance(declared, Mapping):
-                raise TypeError(f"{cls.name}: single_flight must be a dict; got {declared!r}")
-            merged.update(declared)
-        signature = run_signature(cls)
-        try:
-            options = SingleFlightOptions.from_mapping(merged)
-            check_key(options.key, signature, cls.name)
-        except (TypeError, ValueError) as exc:
-            raise type(exc)(f"{cls.name}: {exc}") from None
-        cls._single_flight_options = options
-        cls._single_flight_signature = signature
+        cls._merge_single_flight()
+
+    @classmethod
+    def _merge_single_flight(cls) -> None:
+        """Merge and validate the class's ``single_flight`` options, once per task class.
+
+        Celery marks a task bound *before* it calls ``on_bound``, so a caller in another
+        thread can use the task while its options are being merged: it must wait for them,
+        not run with the empty defaults (every call would then skip ``at_enqueue``).
+        """
+        with _merging:
+            if cls._single_flight_of is cls:
+                return
+            merged: dict[str, Any] = {}
+            for klass in reversed(cls.__mro__):
+                declared = vars(klass).get("single_flight")
+                if declared is None:
+                    continue
+                if not isinstance(declared, Mapping):
+                    raise TypeError(f"{cls.name}: single_flight must be a dict; got {declared!r}")
+                merged.update(declared)
+            signature = run_signature(cls)
+            try:
+                options = SingleFlightOptions.from_mapping(merged)
+                check_key(options.key, signature, cls.name)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"{cls.name}: {exc}") from None
+            cls._single_flight_options = options
+            cls._single_flight_signature = signature
+            cls._single_flight_of = cls
+
+    def _merged(self) -> SingleFlightOptions:
+        cls = type(self)
+        if cls._single_flight_of is not cls:
+            cls._merge_single_flight()
+        return cls._single_flight_options
 
     # -- names and options ------------------------------------------------------------------
 
@@ -115,14 +140,14 @@ class SingleFlightTask(Task):
 
         ``rebuild_report.guard_name(42) == rebuild_report.guard_name(account_id=42)``.
         """
-        return self._name_for(self._single_flight_options, args, kwargs)
+        return self._name_for(self._merged(), args, kwargs)
 
     def _name_for(self, options: SingleFlightOptions, args: Any, kwargs: Any) -> str:
         part = key_part(options, self._single_flight_signature, args or (), kwargs or {})
         return lock_name(self.name, part)
 
     def _options_with(self, overrides: Any) -> SingleFlightOptions:
-        options = self._single_flight_options.merged(overrides)
+        options = self._merged().merged(overrides)
         if overrides and "key" in overrides:
             check_key(options.key, self._single_flight_signature, self.name)
         return options

@@ -198,3 +198,14 @@ def test_arguments_that_do_not_fit_the_task_fail_at_the_caller(app):
     task = make_task(app, report)
     with pytest.raises(TypeError):
         task.guard_name(1, 2, 3, 4)
+
+
+def test_a_task_used_while_celery_is_still_binding_it_has_its_options(app):
+    # Celery marks a task bound before it calls on_bound: a caller in another thread may
+    # use the task in between, and must not get the empty defaults (at_enqueue off).
+    task = make_task(app, report, at_enqueue=True, ttl=7)
+    cls = type(task)
+    cls._single_flight_of = None
+    cls._single_flight_options = SingleFlightOptions()  # as before on_bound ran
+    options = task._options_with(None)
+    assert options.at_enqueue is True and options.ttl == 7
