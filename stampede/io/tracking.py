@@ -176,8 +176,12 @@ class Tracker:
             while True:
                 reply = connection.read_response(disconnect_on_error=False)
                 self._apply(reply)
-        except (RedisError, OSError, ValueError) as exc:
-            # ValueError: the socket was closed under the read (a new prefix, or close()).
+        except Exception as exc:
+            # RedisError/OSError: the connection broke; ValueError: its socket was closed under
+            # the read (a new prefix, or close()). Anything else is unexpected, and handled the
+            # same way: a thread that died here would leave copies armed and never dropped.
+            if not isinstance(exc, (RedisError, OSError, ValueError)):
+                logger.exception("stampede: near cache tracking failed; reconnecting")
             with self._lock:
                 lost = self._connection is connection
                 self._connection = None
