@@ -4,8 +4,6 @@ writes fenced on the cache's own Redis (a sixth server)."""
 from __future__ import annotations
 
 import multiprocessing
-import os
-import signal
 import time
 
 import pytest
@@ -130,22 +128,11 @@ def test_cold_stampede_over_redlock_loads_once(redis, redis_url, quorum):
 def test_a_paused_process_holding_the_fill_cannot_overwrite(settings, redis, redis_url, quorum):
     setting = cache_setting(redis_url, quorum, LOCK_TTL=1)
     settings.CACHES = setting
-    started, results = SPAWN.Event(), SPAWN.Queue()
-    holder = SPAWN.Process(
-        target=fenced_workers.hold, args=(setting, "paused", started, results), daemon=True
-    )
-    holder.start()
-    try:
-        assert started.wait(60)
-        os.kill(holder.pid, signal.SIGSTOP)
-        time.sleep(2.0)  # twice LOCK_TTL: its Redlock keys expire, no renewal comes
-        cache = caches["default"]
-        assert cache.get_or_load("paused", lambda: "newer holder", 300) == "newer holder"
-        os.kill(holder.pid, signal.SIGCONT)
-        assert results.get(timeout=60) == ("value", "paused holder")  # its caller's own
-    finally:
-        os.kill(holder.pid, signal.SIGCONT)
-        holder.join(30)
+    # Paused for twice LOCK_TTL: its Redlock keys expire, no renewal comes.
+    newer, late = fenced_workers.pause_a_holder_and_fill(setting, "paused", 2.0)
+    assert newer == "newer holder"
+    assert late == ("value", "paused holder")  # its caller's own
+    cache = caches["default"]
     assert cache.get("paused") == "newer holder"
     assert cache.get_or_load("paused", lambda: "unused", 300) == "newer holder"
 

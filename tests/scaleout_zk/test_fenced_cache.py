@@ -4,8 +4,6 @@ lock znode's czxid on the cache's Redis."""
 from __future__ import annotations
 
 import multiprocessing
-import os
-import signal
 import time
 
 import pytest
@@ -91,22 +89,11 @@ def test_a_holder_paused_past_its_session_is_told_and_cannot_overwrite(
         redis_url, LOCK={"ZOOKEEPER": zk_hosts, "PATH": f"/{name}", "SESSION_TIMEOUT": 2}
     )
     settings.CACHES = setting
-    started, results = SPAWN.Event(), SPAWN.Queue()
-    holder = SPAWN.Process(
-        target=fenced_workers.hold, args=(setting, "zk-paused", started, results), daemon=True
-    )
-    holder.start()
-    try:
-        assert started.wait(60)
-        os.kill(holder.pid, signal.SIGSTOP)
-        time.sleep(4.0)  # twice its session timeout: ZooKeeper expires the session
-        cache = caches["default"]
-        assert cache.get_or_load("zk-paused", lambda: "newer holder", 300) == "newer holder"
-        os.kill(holder.pid, signal.SIGCONT)
-        assert results.get(timeout=60) == ("value", "paused holder")  # its caller's own
-    finally:
-        os.kill(holder.pid, signal.SIGCONT)
-        holder.join(30)
+    # Paused for twice its session timeout: ZooKeeper expires the session.
+    newer, late = fenced_workers.pause_a_holder_and_fill(setting, "zk-paused", 4.0)
+    assert newer == "newer holder"
+    assert late == ("value", "paused holder")  # its caller's own
+    cache = caches["default"]
     assert cache.get("zk-paused") == "newer holder"
 
 
