@@ -85,7 +85,6 @@ import json
 import math
 import multiprocessing
 import os
-import pickle
 import random
 import re
 import secrets
@@ -400,16 +399,15 @@ def monitor_unrepr(text: bytes) -> bytes:
 
 
 def soft_expiry_of(payload: bytes) -> float | None:
-    """Return the soft expiry that a committed record carries (None if it cannot tell).
+    """Return the soft expiry that a committed meta carries (None if it cannot tell).
 
-    The record is what the workers' own ``StampedeCache`` stored (Django's serializer: a
-    pickle of a ``stampede`` envelope) in this run's own Redis.
+    The meta is what the workers' own ``StampedeCache`` stored beside a value
+    (``stampede.core.meta``) in this run's own Redis.
     """
-    with contextlib.suppress(Exception):
-        record = pickle.loads(monitor_unrepr(payload))
-        soft = getattr(record, "soft_expires_at", None)
-        return None if soft is None else float(soft)
-    return None
+    from stampede.core import meta
+
+    parsed = meta.parse(monitor_unrepr(payload))
+    return None if parsed is None else parsed[0]
 
 
 class Auditor:
@@ -684,7 +682,7 @@ class _Epoch:
             if target in auditor.lock_keys:
                 self._lock_write(at, name, token, op, call, lua[position + 1 :])
             elif target in auditor.cache_keys:
-                self._value_write(at, name, token, op, call)
+                self._value_write(at, name, token, op, call, lua[position + 1 :])
 
     def _lock_write(
         self,
@@ -762,7 +760,13 @@ class _Epoch:
         self.holders.pop(lock, None)
 
     def _value_write(
-        self, ts: float, name: str, token: bytes | None, op: bytes, call: list[bytes]
+        self,
+        ts: float,
+        name: str,
+        token: bytes | None,
+        op: bytes,
+        call: list[bytes],
+        after: list[tuple[float, list[bytes]]],
     ) -> None:
         auditor = self.auditor
         key = call[1]
@@ -776,8 +780,12 @@ class _Epoch:
                 self, "foreign-write", ts, key=key, token=token, holder=held[0] if held else None
             )
         auditor.counts["commits"] += 1
-        soft = soft_expiry_of(call[2]) if len(call) > 2 else None
-        if soft is None:  # not an envelope we can read: its hard expiry minus the grace
+        from stampede.core.keys import meta_key
+
+        beside = meta_key(key)
+        written = [c for _, c in after if len(c) > 2 and c[0].upper() == b"SET" and c[1] == beside]
+        soft = soft_expiry_of(written[0][2]) if written else None
+        if soft is None:  # no meta we can read: its hard expiry minus the grace
             px = _px(call)
             soft = ts + px / 1000 - auditor.grace if px else None
         auditor.commits.append((self.index, key, ts, soft))

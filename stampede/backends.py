@@ -5,8 +5,10 @@ cache keeps its own ``KEY_PREFIX``, ``VERSION``, ``TIMEOUT`` and serializer), so
 an existing ``CACHES["default"]`` with no other code change. ``get_or_set``/``get_or_load``
 go through the fill protocol instead: in-process coalescing, then the per-key Redis mutex.
 
-Values stored by the protocol are envelopes; ``get``/``get_many`` unwrap them, so callers only
-ever see their own values.
+Values stored by the protocol stay plain: the key holds what the wrapped cache's own ``set``
+would write, and the fill's bookkeeping lives beside it (``stampede.core.meta``), so the
+wrapped cache alone, another process or service, and ``redis-cli`` read the value itself.
+Every argument of every method passes through to the wrapped cache untouched.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import functools
 import re
 import sys
 import threading
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -36,7 +39,7 @@ from .aio.store import RedisStore as AsyncRedisStore
 from .bloom import AnsweredGuard, BloomFilter, BloomGuard
 from .core import lockspec
 from .core import options as conf
-from .core.envelope import MISSING, Failure
+from .core.envelope import MISSING, Envelope, Failure
 from .core.flight import value_of
 from .core.keys import CacheKey
 from .core.near import NearCache, NearOptions
@@ -464,23 +467,42 @@ class StampedeCache(BaseCache):
             return 0.0  # Django: a negative timeout expires at once, like 0
         return conf.seconds("timeout", timeout, allow_zero=True, bounded=False)
 
-    def lock(self, key: Any, ttl: float = 30.0, version: Any = None, **kwargs: Any) -> Any:
+    def mutex(self, key: Any, ttl: float = 30.0, version: Any = None, **kwargs: Any) -> Any:
         """Return a lock on ``key`` (namespaced like the cache's keys), not yet acquired: a
-        ``Mutex``, or the kind ``OPTIONS["LOCK"]`` names (``Redlock``, ``ZooKeeperLock``)."""
+        ``Mutex``, or the kind ``OPTIONS["LOCK"]`` names (``Redlock``, ``ZooKeeperLock``).
+
+        A name of its own on every backing: ``lock`` is the wrapped cache's where it has one
+        (django-redis's redis-py lock on the key itself).
+        """
         full_key = self._wrapped.make_and_validate_key(key, version=version)
         store = self.store
         if isinstance(store, FencedStore):
             return store.new_lock(full_key, ttl, **kwargs)
         return Mutex(store.client, full_key, ttl=ttl, **kwargs)
 
+    def _deprecated_lock(self, *args: Any, **kwargs: Any) -> Any:
+        """``cache.lock`` where the wrapped cache has none: the old name of :meth:`mutex`."""
+        warnings.warn(
+            "StampedeCache.lock() is now StampedeCache.mutex(); lock() is the wrapped cache's "
+            "own where it has one (django-redis), and this alias will be removed",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.mutex(*args, **kwargs)
+
     # -- delegation -------------------------------------------------------------------------
     #
-    # Every public member of ``BaseCache`` answers as the wrapped cache's: its namespace
-    # (KEY_PREFIX, VERSION, KEY_FUNCTION) and TIMEOUT are the ones in force, never this alias's
-    # own, and ``BaseCache``'s generic code is never run with this object as ``self`` (it would
-    # apply this alias's VERSION). Async methods call the wrapped cache's ``a*`` methods. The
-    # exceptions: ``get_or_set``/``aget_or_set`` above fill through the protocol, and
-    # ``get``/``get_many``/``has_key`` (and their ``a*``) unwrap the envelopes it stores.
+    # Every method of the wrapped cache answers as the wrapped cache's, with every argument it
+    # takes passed through as given (``*args, **kwargs``: django-redis's ``nx=``, ``client=``,
+    # ``ignore_key_check=``... are its own business). Names this class does not define reach
+    # the wrapped cache through ``__getattr__``. Its namespace (KEY_PREFIX, VERSION,
+    # KEY_FUNCTION) and TIMEOUT are the ones in force, never this alias's own, and
+    # ``BaseCache``'s generic code is never run with this object as ``self`` (it would apply
+    # this alias's VERSION). What this class adds around a call: ``get_or_set`` fills through
+    # the protocol; writes drop this process's near copies; ``delete`` voids a fill in
+    # progress and drops the fill's meta; a call that changes a value's life drops its meta
+    # (the value then lives by its own TTL, as a plain one); reads unwrap entries in the
+    # previous format (the whole record under the key).
 
     # BaseCache.__init__ assigns these from this alias's params: the setters ignore that.
     @property
@@ -515,58 +537,60 @@ class StampedeCache(BaseCache):
     def key_func(self, value: Any) -> None:
         pass
 
-    def get_backend_timeout(self, timeout: Any = DEFAULT_TIMEOUT) -> Any:
-        return self._wrapped.get_backend_timeout(timeout)
+    def get_backend_timeout(self, *args: Any, **kwargs: Any) -> Any:
+        return self._wrapped.get_backend_timeout(*args, **kwargs)
 
-    def make_key(self, key: Any, version: Any = None) -> Any:
-        return self._wrapped.make_key(key, version=version)
+    def make_key(self, *args: Any, **kwargs: Any) -> Any:
+        return self._wrapped.make_key(*args, **kwargs)
 
-    def validate_key(self, key: Any) -> None:
-        self._wrapped.validate_key(key)
+    def validate_key(self, *args: Any, **kwargs: Any) -> None:
+        self._wrapped.validate_key(*args, **kwargs)
 
-    def make_and_validate_key(self, key: Any, version: Any = None) -> Any:
-        return self._wrapped.make_and_validate_key(key, version=version)
+    def make_and_validate_key(self, *args: Any, **kwargs: Any) -> Any:
+        return self._wrapped.make_and_validate_key(*args, **kwargs)
 
-    def get(self, key: Any, default: Any = None, version: Any = None) -> Any:
+    def get(self, *args: Any, **kwargs: Any) -> Any:
         near = self.near
-        if near is not None:
+        if near is not None and _only(kwargs, "default", "version"):
+            key, default, version = _get_args(args, kwargs)
             try:
                 return _unwrap(near.read(self._key(key, version)), default)
             except RedisError:
                 pass  # the wrapped cache's own way with a Redis error (raise, or ignore)
-        return _unwrap(self._wrapped.get(key, MISSING, version=version), default)
+        return _older(self._wrapped.get(*args, **kwargs), args, kwargs)
 
-    async def aget(self, key: Any, default: Any = None, version: Any = None) -> Any:
+    async def aget(self, *args: Any, **kwargs: Any) -> Any:
         near, store = self._async_near()
-        if near is not None:
+        if near is not None and _only(kwargs, "default", "version"):
+            key, default, version = _get_args(args, kwargs)
             try:
                 record = await async_near.read(near, store, self._key(key, version))
                 return _unwrap(record, default)
             except RedisError:
                 pass
-        return _unwrap(await self._wrapped.aget(key, MISSING, version=version), default)
+        return _older(await self._wrapped.aget(*args, **kwargs), args, kwargs)
 
-    def get_many(self, keys: Any, version: Any = None) -> dict[Any, Any]:
+    def get_many(self, keys: Any, *args: Any, **kwargs: Any) -> dict[Any, Any]:
         near = self.near
-        if near is not None:
+        if near is not None and _only(kwargs, "version"):
             keys = list(keys)  # read twice if Redis fails: once here, once by the wrapped cache
-            named = self._keys_by_full(keys, version)
+            named = self._keys_by_full(keys, _arg(args, kwargs, 0, "version"))
             try:
                 return self._by_key(named, near.read_many(list(named)))
             except RedisError:
                 pass
-        return _unwrap_many(self._wrapped.get_many(keys, version=version))
+        return _older_many(self._wrapped.get_many(keys, *args, **kwargs))
 
-    async def aget_many(self, keys: Any, version: Any = None) -> dict[Any, Any]:
+    async def aget_many(self, keys: Any, *args: Any, **kwargs: Any) -> dict[Any, Any]:
         near, store = self._async_near()
-        if near is not None:
+        if near is not None and _only(kwargs, "version"):
             keys = list(keys)
-            named = self._keys_by_full(keys, version)
+            named = self._keys_by_full(keys, _arg(args, kwargs, 0, "version"))
             try:
                 return self._by_key(named, await async_near.read_many(near, store, list(named)))
             except RedisError:
                 pass
-        return _unwrap_many(await self._wrapped.aget_many(keys, version=version))
+        return _older_many(await self._wrapped.aget_many(keys, *args, **kwargs))
 
     def _async_near(self) -> tuple[NearReads | None, Any]:
         """Return (the near cache, the running loop's store to read Redis through), if any."""
@@ -596,113 +620,120 @@ class StampedeCache(BaseCache):
         if near is not None:
             near.forget([self._wrapped.make_key(key, version=version) for key in keys])
 
-    def has_key(self, key: Any, version: Any = None) -> bool:
-        return self.get(key, MISSING, version=version) is not MISSING
+    def has_key(self, *args: Any, **kwargs: Any) -> bool:
+        return bool(self._wrapped.has_key(*args, **kwargs))
 
-    async def ahas_key(self, key: Any, version: Any = None) -> bool:
-        return await self.aget(key, MISSING, version=version) is not MISSING
+    async def ahas_key(self, *args: Any, **kwargs: Any) -> bool:
+        return bool(await self._wrapped.ahas_key(*args, **kwargs))
 
-    def add(
-        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
-    ) -> bool:
-        added = self._wrapped.add(key, value, timeout=timeout, version=version)
-        self._forget([key], version)
+    def add(self, key: Any, *args: Any, **kwargs: Any) -> Any:
+        added = self._wrapped.add(key, *args, **kwargs)
+        self._forget([key], _arg(args, kwargs, 2, "version"))
         return added
 
-    async def aadd(
-        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
-    ) -> bool:
-        added = await self._wrapped.aadd(key, value, timeout=timeout, version=version)
-        self._forget([key], version)
+    async def aadd(self, key: Any, *args: Any, **kwargs: Any) -> Any:
+        added = await self._wrapped.aadd(key, *args, **kwargs)
+        self._forget([key], _arg(args, kwargs, 2, "version"))
         return added
 
-    def set(self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> Any:
-        stored = self._wrapped.set(key, value, timeout=timeout, version=version)
-        self._forget([key], version)
+    def set(self, key: Any, *args: Any, **kwargs: Any) -> Any:
+        stored = self._wrapped.set(key, *args, **kwargs)
+        self._forget([key], _arg(args, kwargs, 2, "version"))
         return stored
 
-    async def aset(
-        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
-    ) -> Any:
-        stored = await self._wrapped.aset(key, value, timeout=timeout, version=version)
-        self._forget([key], version)
+    async def aset(self, key: Any, *args: Any, **kwargs: Any) -> Any:
+        stored = await self._wrapped.aset(key, *args, **kwargs)
+        self._forget([key], _arg(args, kwargs, 2, "version"))
         return stored
 
-    def set_many(self, data: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> list[Any]:
+    def set_many(self, data: Any, *args: Any, **kwargs: Any) -> Any:
         data = dict(data)
-        failed = self._wrapped.set_many(data, timeout=timeout, version=version)
-        self._forget(data, version)
+        failed = self._wrapped.set_many(data, *args, **kwargs)
+        self._forget(data, _arg(args, kwargs, 1, "version"))
         return failed
 
-    async def aset_many(
-        self, data: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
-    ) -> list[Any]:
+    async def aset_many(self, data: Any, *args: Any, **kwargs: Any) -> Any:
         data = dict(data)
-        failed = await self._wrapped.aset_many(data, timeout=timeout, version=version)
-        self._forget(data, version)
+        failed = await self._wrapped.aset_many(data, *args, **kwargs)
+        self._forget(data, _arg(args, kwargs, 1, "version"))
         return failed
 
-    def touch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
+    def touch(self, key: Any, *args: Any, **kwargs: Any) -> Any:
+        """As the wrapped cache's; the value then lives by its new TTL alone (its fill's meta
+        is dropped: a soft expiry set for the old life would refresh it early)."""
+        version = _arg(args, kwargs, 1, "version")
         try:
-            return self._wrapped.touch(key, timeout=timeout, version=version)
+            return self._wrapped.touch(key, *args, **kwargs)
         finally:
-            self._forget([key], version)  # a copy must not outlive the key's new expiry
+            self._relived([key], version)
 
-    async def atouch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
+    async def atouch(self, key: Any, *args: Any, **kwargs: Any) -> Any:
+        """Async twin of :meth:`touch`."""
+        version = _arg(args, kwargs, 1, "version")
         try:
-            return await self._wrapped.atouch(key, timeout=timeout, version=version)
+            return await self._wrapped.atouch(key, *args, **kwargs)
         finally:
-            self._forget([key], version)
+            await sync_to_async(self._relived, thread_sensitive=False)([key], version)
 
-    def delete(self, key: Any, version: Any = None) -> bool:
+    def _relived(self, keys: list[Any], version: Any) -> None:
+        """A call changed the life of ``keys``' values: drop their meta and our copies."""
+        self._forget(keys, version)  # a copy must not outlive the key's new expiry
+        self.store.drop_meta([self._named_key(key, version) for key in keys])
+
+    def delete(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         """Delete ``key``; a fill of it in progress is voided and its waiters sent to reload."""
-        deleted = self._wrapped.delete(key, version=version)
-        self._invalidate_fills([key], version)
+        deleted = self._wrapped.delete(key, *args, **kwargs)
+        self._invalidate_fills([key], _arg(args, kwargs, 0, "version"))
         return deleted
 
-    async def adelete(self, key: Any, version: Any = None) -> bool:
+    async def adelete(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         """Async twin of :meth:`delete`."""
-        deleted = await self._wrapped.adelete(key, version=version)
-        await self._ainvalidate_fills([key], version)
+        deleted = await self._wrapped.adelete(key, *args, **kwargs)
+        await self._ainvalidate_fills([key], _arg(args, kwargs, 0, "version"))
         return deleted
 
-    def delete_many(self, keys: Any, version: Any = None) -> Any:
+    def delete_many(self, keys: Any, *args: Any, **kwargs: Any) -> Any:
         keys = list(keys)
-        deleted = self._wrapped.delete_many(keys, version=version)
-        self._invalidate_fills(keys, version)
+        deleted = self._wrapped.delete_many(keys, *args, **kwargs)
+        self._invalidate_fills(keys, _arg(args, kwargs, 0, "version"))
         return deleted
 
-    async def adelete_many(self, keys: Any, version: Any = None) -> Any:
+    async def adelete_many(self, keys: Any, *args: Any, **kwargs: Any) -> Any:
         keys = list(keys)
-        deleted = await self._wrapped.adelete_many(keys, version=version)
-        await self._ainvalidate_fills(keys, version)
+        deleted = await self._wrapped.adelete_many(keys, *args, **kwargs)
+        await self._ainvalidate_fills(keys, _arg(args, kwargs, 0, "version"))
         return deleted
 
-    def incr_version(self, key: Any, delta: int = 1, version: Any = None) -> Any:
-        """As the wrapped cache's: the stored record (an envelope too) moves to the new version,
-        and a fill of the old one in progress is voided, as :meth:`delete` voids it."""
-        moved = self._wrapped.incr_version(key, delta, version=version)
+    def incr_version(self, key: Any, *args: Any, **kwargs: Any) -> Any:
+        """As the wrapped cache's: the value moves to the new version (without its fill's
+        meta: it reads as a plain value there), and a fill of the old one in progress is
+        voided, as :meth:`delete` voids it."""
+        version = _arg(args, kwargs, 1, "version")
+        moved = self._wrapped.incr_version(key, *args, **kwargs)
         self._invalidate_fills([key], version)
         self._forget([key], moved)  # the returned version is the one written
         return moved
 
-    async def aincr_version(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+    async def aincr_version(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         """Async twin of :meth:`incr_version`."""
-        moved = await self._wrapped.aincr_version(key, delta, version=version)
+        version = _arg(args, kwargs, 1, "version")
+        moved = await self._wrapped.aincr_version(key, *args, **kwargs)
         await self._ainvalidate_fills([key], version)
         self._forget([key], moved)
         return moved
 
-    def decr_version(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+    def decr_version(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         """See :meth:`incr_version`."""
-        moved = self._wrapped.decr_version(key, delta, version=version)
+        version = _arg(args, kwargs, 1, "version")
+        moved = self._wrapped.decr_version(key, *args, **kwargs)
         self._invalidate_fills([key], version)
         self._forget([key], moved)  # the returned version is the one written
         return moved
 
-    async def adecr_version(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+    async def adecr_version(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         """Async twin of :meth:`decr_version`."""
-        moved = await self._wrapped.adecr_version(key, delta, version=version)
+        version = _arg(args, kwargs, 1, "version")
+        moved = await self._wrapped.adecr_version(key, *args, **kwargs)
         await self._ainvalidate_fills([key], version)
         self._forget([key], moved)
         return moved
@@ -728,52 +759,115 @@ class StampedeCache(BaseCache):
         """
         return CacheKey(self._wrapped.make_key(key, version=version), key, version)
 
-    def incr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+    def incr(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            return self._wrapped.incr(key, delta, version=version)
+            return self._wrapped.incr(key, *args, **kwargs)
         finally:
-            self._forget([key], version)
+            self._forget([key], _arg(args, kwargs, 1, "version"))
 
-    async def aincr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+    async def aincr(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            return await self._wrapped.aincr(key, delta, version=version)
+            return await self._wrapped.aincr(key, *args, **kwargs)
         finally:
-            self._forget([key], version)
+            self._forget([key], _arg(args, kwargs, 1, "version"))
 
-    def decr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+    def decr(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            return self._wrapped.decr(key, delta, version=version)
+            return self._wrapped.decr(key, *args, **kwargs)
         finally:
-            self._forget([key], version)
+            self._forget([key], _arg(args, kwargs, 1, "version"))
 
-    async def adecr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+    async def adecr(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            return await self._wrapped.adecr(key, delta, version=version)
+            return await self._wrapped.adecr(key, *args, **kwargs)
         finally:
-            self._forget([key], version)
+            self._forget([key], _arg(args, kwargs, 1, "version"))
 
-    def clear(self) -> Any:
+    def clear(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return self._wrapped.clear()
-        finally:
-            if self.near is not None:
-                self.near.flush()
-
-    async def aclear(self) -> Any:
-        try:
-            return await self._wrapped.aclear()
+            return self._wrapped.clear(*args, **kwargs)
         finally:
             if self.near is not None:
                 self.near.flush()
 
-    def close(self, **kwargs: Any) -> Any:
-        return self._wrapped.close(**kwargs)
+    async def aclear(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await self._wrapped.aclear(*args, **kwargs)
+        finally:
+            if self.near is not None:
+                self.near.flush()
 
-    async def aclose(self, **kwargs: Any) -> Any:
-        return await self._wrapped.aclose(**kwargs)
+    def close(self, *args: Any, **kwargs: Any) -> Any:
+        return self._wrapped.close(*args, **kwargs)
+
+    async def aclose(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._wrapped.aclose(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
-        # Extras of the wrapped backend (django-redis's ttl(), keys(), ...) stay reachable.
+        # Every other name of the wrapped cache (django-redis's ttl(), keys(), lock(), ...)
+        # is the wrapped cache's own.
         if name.startswith("_"):
             raise AttributeError(name)
-        return getattr(self._wrapped, name)
+        wrapped = self._wrapped
+        try:
+            member = getattr(wrapped, name)
+        except AttributeError:
+            if name == "lock":
+                return self._deprecated_lock
+            raise
+        if name in _RELIFING and callable(member):
+            return self._reliving(member, _RELIFING[name])
+        return member
+
+    def _reliving(self, method: Callable[..., Any], version_at: int) -> Callable[..., Any]:
+        """Return ``method`` (one that changes a value's life) followed by :meth:`_relived`."""
+
+        @functools.wraps(method)
+        def relive(key: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(key, *args, **kwargs)
+            finally:
+                self._relived([key], _arg(args, kwargs, version_at, "version"))
+
+        return relive
+
+
+#: The wrapped cache's own methods that change a value's life (django-redis's), and the
+#: position of their ``version`` after the key: the fill's meta of the value is dropped.
+_RELIFING = {"expire": 1, "pexpire": 1, "expire_at": 1, "pexpire_at": 1, "persist": 0}
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
+    """Return the argument ``name`` of a ``BaseCache`` call, at ``index`` after its first."""
+    if name in kwargs:
+        return kwargs[name]
+    return args[index] if len(args) > index else None
+
+
+def _only(kwargs: dict[str, Any], *names: str) -> bool:
+    """Return True if a call passes no keyword but ``names`` (the wrapped cache's extras, such
+    as django-redis's ``client=``, go to the wrapped cache itself)."""
+    return all(name in names for name in kwargs)
+
+
+def _get_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """Return (key, default, version) of a ``get`` call."""
+    key = args[0] if args else kwargs["key"]
+    rest = args[1:]
+    return key, _arg(rest, kwargs, 0, "default"), _arg(rest, kwargs, 1, "version")
+
+
+def _older(found: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Return what a ``get`` found, unwrapped if it is an entry in the previous format."""
+    if type(found) is Envelope:
+        return found.value
+    if isinstance(found, Failure):
+        return _get_args(args, kwargs)[1]
+    return found
+
+
+def _older_many(found: dict[Any, Any]) -> dict[Any, Any]:
+    """Return what a ``get_many`` found, entries in the previous format unwrapped."""
+    if not any(type(v) is Envelope or isinstance(v, Failure) for v in found.values()):
+        return found
+    return _unwrap_many(found)

@@ -5,11 +5,16 @@ protocol (``store_for``), its asyncio twin (``async_store_for``), the Redis clie
 cache's locks (a store's ``client``), and the lock client of the Celery guard
 (``celery_lock_client``). Internals change between Django releases; one module to change.
 
-Rule: the write belongs to the lock. Over Redis (Django's ``RedisCache``, django-redis) the
-store is a ``RedisStore`` on a long-lived client of the cache's own primary, with the cache's
-own serializer. Over any other backend (locmem, memcached, database) the ``BackendStore``
-keeps records in the backend and locks in the Redis at ``LOCK_URL``; the token is checked
-immediately before the backend's own ``set``.
+Rule: the value stays plain. Over Redis (Django's ``RedisCache``, django-redis) the store is a
+``RedisStore`` on a long-lived client of the cache's own primary, with the cache's own value
+serializer (Django's ``RedisSerializer``; django-redis's client ``encode``/``decode``, its
+serializer and compressor), so a filled key holds what the cache's ``set`` would write and the
+fill's bookkeeping lives beside it (``core/meta.py``). Over any other backend (locmem,
+memcached, database) the ``BackendStore`` writes the value through the backend's own ``set``
+and its meta beside it in the same backend, locks in the Redis at ``LOCK_URL``.
+
+Rule: the write belongs to the lock. The token is checked in the same Lua call as the write
+over Redis, and immediately before the backend's own ``set`` over any other backend.
 
 Rule: reads of the fill path go to the primary. Django's ``RedisCache`` reads from a random
 replica when it has several ``LOCATION``s; a waiter woken after a fill must not read a replica
@@ -30,9 +35,10 @@ from .aio.loops import loop_state
 from .aio.mutex import Mutex as AsyncMutex
 from .aio.store import RedisStore as AsyncRedisStore
 from .aio.store import WakeUps as AsyncWakeUps
+from .core import meta
 from .core.envelope import MISSING
 from .core.flight import LockAttempt
-from .core.keys import CacheKey, lock_key
+from .core.keys import CacheKey, lock_key, meta_key
 from .fill import calls
 from .fill.fenced import FencedStore
 from .fill.store import RedisStore, WakeUps, logger
@@ -128,6 +134,36 @@ def _django_redis_store(backend: Any) -> RedisStore | None:
 
 
 # -- records in any Django cache, locks in Redis ------------------------------------------------
+#
+# The meta of a value lives in the same backend, under the Django key ``meta_key(key)``: a hit
+# stays one call (``get_many`` of both), the pair is written by one ``set_many`` with one
+# timeout, and it is evicted by the same cache. In the lock's Redis instead, a hit would cost a
+# second round trip to another server, and a value evicted by memcached would leave its meta.
+
+
+def _meta_name(key: CacheKey) -> Any:
+    return meta_key(key.key)
+
+
+def _split(key: CacheKey, found: dict[Any, Any]) -> Any:
+    return meta.decode_object(found.get(key.key, MISSING), found.get(_meta_name(key)))
+
+
+def _writes(key: CacheKey, record: Any) -> tuple[dict[Any, Any], list[Any]]:
+    """Return (what to set, what to delete) in the backend to store ``record`` at ``key``."""
+    value, meta_bytes = meta.encode_object(record)
+    named = {key.key: value, _meta_name(key): meta_bytes}
+    return (
+        {name: part for name, part in named.items() if part is not MISSING and part is not None},
+        [name for name, part in named.items() if part is MISSING or part is None],
+    )
+
+
+def _by_version(keys: Sequence[CacheKey]) -> dict[Any, list[Any]]:
+    grouped: dict[Any, list[Any]] = {}
+    for key in keys:
+        grouped.setdefault(key.version, []).append(_meta_name(key))
+    return grouped
 
 
 class BackendStore:
@@ -141,13 +177,27 @@ class BackendStore:
         return f"<BackendStore {type(self.backend).__name__} locks={self.client!r}>"
 
     def read(self, key: CacheKey) -> Any:
-        return self.backend.get(key.key, MISSING, version=key.version)
+        found = self.backend.get_many([key.key, _meta_name(key)], version=key.version)
+        return _split(key, found)
+
+    def write(self, key: CacheKey, record: Any, ttl: float | None) -> None:
+        """Store ``record``: the value through the backend's own ``set``, its meta beside it."""
+        stored, gone = _writes(key, record)
+        if gone:
+            self.backend.delete_many(gone, version=key.version)
+        self.backend.set_many(stored, timeout=ttl, version=key.version)
 
     def lock(self, key: CacheKey, ttl: float) -> BackendFillLock:
         return BackendFillLock(self, key, ttl)
 
     def invalidate(self, keys: Sequence[CacheKey]) -> None:
+        self.drop_meta(keys)
         scripts.run_many(self.client, scripts.INVALIDATE, [calls.invalidate(key) for key in keys])
+
+    def drop_meta(self, keys: Sequence[CacheKey]) -> None:
+        """Delete the fills' meta of ``keys`` (see ``RedisStore.drop_meta``)."""
+        for version, names in _by_version(keys).items():
+            self.backend.delete_many(names, version=version)
 
 
 class _FillMutex(Mutex):
@@ -205,8 +255,7 @@ class BackendFillLock:
             if not self._mutex.owned():
                 self._mutex.release(message=outcome)
                 return False
-            key = self._key
-            self._store.backend.set(key.key, record, timeout=ttl, version=key.version)
+            self._store.write(self._key, record, ttl)
         return self._mutex.release(message=outcome)
 
     def close(self) -> None:
@@ -229,14 +278,28 @@ class AsyncBackendStore:
         self.client = lock_client
 
     async def read(self, key: CacheKey) -> Any:
-        return await self.backend.aget(key.key, MISSING, version=key.version)
+        found = await self.backend.aget_many([key.key, _meta_name(key)], version=key.version)
+        return _split(key, found)
+
+    async def write(self, key: CacheKey, record: Any, ttl: float | None) -> None:
+        """Async twin of :meth:`BackendStore.write`."""
+        stored, gone = _writes(key, record)
+        if gone:
+            await self.backend.adelete_many(gone, version=key.version)
+        await self.backend.aset_many(stored, timeout=ttl, version=key.version)
 
     def lock(self, key: CacheKey, ttl: float) -> AsyncBackendFillLock:
         return AsyncBackendFillLock(self, key, ttl)
 
     async def invalidate(self, keys: Sequence[CacheKey]) -> None:
+        await self.drop_meta(keys)
         batch = [calls.invalidate(key) for key in keys]
         await scripts.arun_many(self.client, scripts.INVALIDATE, batch)
+
+    async def drop_meta(self, keys: Sequence[CacheKey]) -> None:
+        """Async twin of :meth:`BackendStore.drop_meta`."""
+        for version, names in _by_version(keys).items():
+            await self.backend.adelete_many(names, version=version)
 
 
 class AsyncBackendFillLock:
@@ -270,8 +333,7 @@ class AsyncBackendFillLock:
             if not await self._mutex.owned():
                 await self._mutex.release(message=outcome)
                 return False
-            key = self._key
-            await self._store.backend.aset(key.key, record, timeout=ttl, version=key.version)
+            await self._store.write(self._key, record, ttl)
         return await self._mutex.release(message=outcome)
 
     async def close(self) -> None:

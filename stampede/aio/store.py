@@ -15,9 +15,10 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from ..core import meta
 from ..core.envelope import MISSING, TIMED_OUT, WakeUp, parse_wakeup
 from ..core.flight import LockAttempt
-from ..core.keys import CacheKey, done_channel, lock_key, refuse_scattered
+from ..core.keys import CacheKey, colocated, done_channel, lock_key, meta_key, refuse_scattered
 from ..core.port import Dumps, Loads
 from ..fill import calls
 from ..io import clients, scripts
@@ -48,24 +49,27 @@ class RedisStore:
             return None
         return cls(client, dumps=sync_store.dumps, loads=sync_store.loads)
 
+    def encode(self, record: Any) -> tuple[bytes | None, bytes | None]:
+        return meta.encode(record, self.dumps)
+
     async def read(self, key: CacheKey) -> Any:
-        raw = await self.client.get(key.full)
-        return MISSING if raw is None else self.loads(raw)
+        full = key.full
+        if self._cluster and not colocated(full):
+            raw = await self.client.get(full)  # its meta cannot be beside it: never written
+            return MISSING if raw is None else self.loads(raw)
+        raw, meta_bytes = await self.client.mget(full, meta_key(full))
+        return meta.decode(raw, meta_bytes, self.loads)
 
-    async def read_near(self, full: Any) -> tuple[bytes | None, int]:
+    async def read_near(self, full: Any) -> tuple[Any, int]:
         """Async twin of :meth:`stampede.fill.store.RedisStore.read_near`."""
-        pipe = self.client.pipeline(transaction=False)
-        pipe.get(full).pttl(full)
-        raw, pttl = await pipe.execute()
-        return raw, int(pttl)
+        return (await self.read_many_near([full]))[0]
 
-    async def read_many_near(self, fulls: Sequence[Any]) -> list[tuple[bytes | None, int]]:
+    async def read_many_near(self, fulls: Sequence[Any]) -> list[tuple[Any, int]]:
         """Async twin of :meth:`stampede.fill.store.RedisStore.read_many_near`."""
         pipe = self.client.pipeline(transaction=False)
-        for full in fulls:  # no MGET: on a cluster the keys may live on several nodes
-            pipe.get(full).pttl(full)
-        replies = await pipe.execute()
-        return [(raw, int(pttl)) for raw, pttl in zip(replies[::2], replies[1::2], strict=True)]
+        for full in fulls:  # no MGET across keys: on a cluster they may live on several nodes
+            pipe.get(full).get(meta_key(full)).pttl(full)
+        return calls.near_replies(await pipe.execute())
 
     def lock(self, key: CacheKey, ttl: float) -> RedisFillLock:
         if self._cluster:
@@ -75,6 +79,13 @@ class RedisStore:
     async def invalidate(self, keys: Sequence[CacheKey]) -> None:
         batch = [calls.invalidate(key) for key in keys]
         await scripts.arun_many(self.client, scripts.INVALIDATE, batch)
+
+    async def drop_meta(self, keys: Sequence[CacheKey]) -> None:
+        """Async twin of :meth:`stampede.fill.store.RedisStore.drop_meta`."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.delete(meta_key(key.full))
+        await pipe.execute()
 
 
 class WakeUps:
@@ -117,7 +128,7 @@ class RedisFillLock:
         self._ttl = ttl
         self._token: str | None = None
         self._renewal: asyncio.Task[None] | None = None
-        self._wakeups = WakeUps(store.client, key, store.loads)
+        self._wakeups = WakeUps(store.client, key, meta.carried_loads(store.loads))
 
     async def attempt(self) -> LockAttempt:
         # The token is ours before the call: see stampede.fill.store.RedisFillLock.attempt.
@@ -146,8 +157,8 @@ class RedisFillLock:
         if token is None:
             return False
         # Serialized while the lock is still ours: see stampede.fill.store.RedisFillLock.commit.
-        payload = None if record is MISSING else self._store.dumps(record)
-        call = calls.commit(self._key, token, outcome, payload, ttl)
+        stored = None if record is MISSING else self._store.encode(record)
+        call = calls.commit(self._key, token, outcome, stored, ttl)
         self._stop_renewal()
         committed = bool(await scripts.arun(self._store.client, scripts.COMMIT, *call))
         self._token = None  # only now: if the call failed or was cancelled, close() releases

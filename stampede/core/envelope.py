@@ -3,9 +3,11 @@
 Rule: no I/O, no clock reads, no randomness: the current time and the random number are
 arguments, so every decision here is testable with plain numbers.
 
-An ``Envelope`` is what ``get_or_set`` stores under the cache key. It carries what grace and
-early refresh need (soft expiry, measured load time) so that a hit costs one ``GET`` and nothing
-more. Values written by a plain ``cache.set`` are not envelopes and are read back unchanged.
+An ``Envelope`` is a value read with its fill's bookkeeping: what grace and early refresh need
+(soft expiry, measured load time). In Redis the value stays plain and the bookkeeping lives
+beside it (``core/meta.py``), read with it in one round trip; older versions stored the whole
+envelope under the cache key, and such entries still read as envelopes. Values written by a
+plain ``cache.set`` have no bookkeeping and read back unchanged.
 """
 
 from __future__ import annotations
@@ -146,9 +148,10 @@ def failure_message(failure: Failure) -> bytes:
     return _FAILED_PREFIX + pickle.dumps(failure)
 
 
-def travels_with_wakeup(outcome: bytes, payload: bytes | None) -> bool:
-    """Return True if the serialized record ``payload`` goes inside the ``outcome`` message."""
-    return outcome == FILLED and payload is not None and len(payload) <= WAKEUP_VALUE_LIMIT
+def travels_with_wakeup(outcome: bytes, size: int | None) -> bool:
+    """Return True if a stored record of ``size`` bytes (None: none) goes inside the
+    ``outcome`` message."""
+    return outcome == FILLED and size is not None and size <= WAKEUP_VALUE_LIMIT
 
 
 class WakeUp:

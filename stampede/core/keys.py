@@ -108,6 +108,12 @@ def epoch_key(name: Name) -> Name:
     return _derive(name, ":epoch")
 
 
+def meta_key(name: Name) -> Name:
+    """Return the key holding the fill's bookkeeping of the value ``name`` (its soft expiry,
+    load time, or a loader's failure): beside the value, in its slot, never inside it."""
+    return _derive(name, META_SUFFIX)
+
+
 def done_channel(name: Name) -> Name:
     """Return the pub/sub channel on which a release of ``name`` is announced."""
     return _derive(name, DONE_SUFFIX)
@@ -145,6 +151,7 @@ def task_lock_name(task_name: str, key: str) -> str:
 
 LOCK_SUFFIX = ":lock"
 DONE_SUFFIX = ":done"
+META_SUFFIX = ":meta"
 
 
 def patterns(template: str, placeholder: str, suffix: str) -> list[str]:

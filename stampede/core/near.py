@@ -5,8 +5,9 @@ safe to keep copies is Redis itself: a tracker (``stampede.io.tracking``) has Re
 write to the cache's keys, by anyone, and drops the copies they make stale. This module is the
 in-memory half, without I/O.
 
-Rule: copies, never shared objects. Entries are the bytes Redis returned; every hit unpickles
-its own object, so one request mutating what it got cannot change what another gets.
+Rule: copies, never shared objects. Entries are the bytes Redis returned (a value's, and its
+fill's meta beside it); every hit unpickles its own object, so one request mutating what it
+got cannot change what another gets.
 
 Rule: nothing is kept unless Redis is reporting writes (``armed``). Losing the report stream
 (a connection lost, a fork) flushes the cache and disarms it; it is re-armed, and flushed
@@ -54,7 +55,7 @@ class Stamp(NamedTuple):
 
 
 class _Copy(NamedTuple):
-    raw: bytes
+    raw: Any  # bytes, or a tuple of bytes (the store's business)
     deadline: float | None  # the key's own expiry, on the near cache's clock (None: none)
 
 
@@ -147,7 +148,7 @@ class NearCache:
     def ttl(self) -> float:
         return float(self._entries.ttl)
 
-    def lookup(self, key: Any) -> bytes | None:
+    def lookup(self, key: Any) -> Any:
         """Return the copy of ``key``, or None (none kept, or its key's time is up)."""
         with self._lock:
             copy = self._entries.get(key)
@@ -162,7 +163,7 @@ class NearCache:
         """Return the stamp a reader takes before reading Redis; None: do not store."""
         return Stamp(self._epoch, self._timer()) if self._armed else None
 
-    def admit(self, key: Any, raw: bytes, stamp: Stamp | None, ttl: float | None) -> None:
+    def admit(self, key: Any, raw: Any, stamp: Stamp | None, ttl: float | None) -> None:
         """Keep ``raw`` as the copy of ``key`` unless it may be stale (see the module rules).
 
         ``ttl``: the seconds the key had left when read (Redis's ``PTTL``), None if it has no

@@ -7,17 +7,19 @@ change to what a fill asks of Redis is made once and cannot drift between them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..core import keys
-from ..core.envelope import FILLED_WITH_RECORD, INVALIDATED, MISSING, travels_with_wakeup
+from ..core import keys, meta
+from ..core.envelope import FILLED_WITH_RECORD, INVALIDATED, travels_with_wakeup
 from ..core.flight import LockAttempt
 from ..core.keys import CacheKey
 from ..core.options import to_ms
 from ..lock.rules import RELEASED, holder_ttl_seconds
 
 Call = tuple[tuple[Any, ...], tuple[Any, ...]]
+#: A record as written: the value's bytes (None: no value) and its meta (None: none).
+Stored = tuple[bytes | None, bytes | None]
 
 #: ``COMMIT``'s ttl argument meaning "write nothing, only release and publish".
 _NO_WRITE = -1
@@ -25,19 +27,19 @@ _NO_WRITE = -1
 
 def acquire(key: CacheKey, token: str, ttl: float) -> Call:
     full = key.full
-    return (keys.lock_key(full), full), (token, to_ms(ttl))
+    return (keys.lock_key(full), full, keys.meta_key(full)), (token, to_ms(ttl))
 
 
 def lost_attempt(reply: Any) -> LockAttempt | None:
     """Read ``ACQUIRE_READ``'s reply: the lost attempt (with the holder's TTL), or None if won."""
-    won, value = reply
-    return None if won else LockAttempt(False, holder_ttl=holder_ttl_seconds(int(value)))
+    if reply[0]:
+        return None
+    return LockAttempt(False, holder_ttl=holder_ttl_seconds(int(reply[1])))
 
 
 def won_attempt(reply: Any, loads: Callable[[bytes], Any]) -> LockAttempt:
-    """Read a won ``ACQUIRE_READ``'s reply: the key's record, decoded."""
-    raw = reply[1]
-    return LockAttempt(True, record=MISSING if raw is None else loads(raw))
+    """Read a won ``ACQUIRE_READ``'s reply: the key's record (value and meta), decoded."""
+    return LockAttempt(True, record=meta.decode(reply[1], reply[2], loads))
 
 
 def extend(key: CacheKey, token: str, ttl: float) -> Call:
@@ -46,22 +48,26 @@ def extend(key: CacheKey, token: str, ttl: float) -> Call:
 
 
 def commit(
-    key: CacheKey, token: str, outcome: bytes, payload: bytes | None, ttl: float | None
+    key: CacheKey, token: str, outcome: bytes, stored: Stored | None, ttl: float | None
 ) -> Call:
-    """Return ``COMMIT``'s call: write ``payload`` (None: nothing), release, publish ``outcome``."""
+    """Return ``COMMIT``'s call: write ``stored`` (None: nothing), release, publish ``outcome``."""
     full = key.full
-    ttl_ms = _NO_WRITE if payload is None else (0 if ttl is None else to_ms(ttl))
-    carried = travels_with_wakeup(outcome, payload)
+    raw, meta_bytes = (None, None) if stored is None else stored
+    ttl_ms = _NO_WRITE if stored is None else (0 if ttl is None else to_ms(ttl))
+    size = None if raw is None else len(raw) + len(meta_bytes or b"")
+    carried = travels_with_wakeup(outcome, size)
     message = FILLED_WITH_RECORD if carried else outcome
     args = (
         token,
-        payload or b"",
+        raw or b"",
+        meta_bytes or b"",
         ttl_ms,
         keys.done_channel(full),
         message,
         "1" if carried else "0",
+        "0" if raw is None else "1",
     )
-    return (full, keys.lock_key(full)), args
+    return (full, keys.lock_key(full), keys.meta_key(full)), args
 
 
 def release(key: CacheKey, token: str) -> Call:
@@ -70,7 +76,8 @@ def release(key: CacheKey, token: str) -> Call:
 
 
 def invalidate(key: CacheKey) -> Call:
-    return (keys.lock_key(key.full),), (keys.done_channel(key.full), INVALIDATED)
+    full = key.full
+    return (keys.lock_key(full), keys.meta_key(full)), (keys.done_channel(full), INVALIDATED)
 
 
 def holder_ttl_of_pttl(pttl: int) -> float | None:
@@ -78,3 +85,12 @@ def holder_ttl_of_pttl(pttl: int) -> float | None:
     if pttl == -2:
         return None
     return math.inf if pttl < 0 else pttl / 1000
+
+
+def near_replies(replies: Sequence[Any]) -> list[tuple[Any, int]]:
+    """Read ``GET FK, GET meta, PTTL FK`` replies, three per key: ((value, meta) or None if
+    absent, ``PTTL`` in ms) per key, what a near cache keeps."""
+    found = []
+    for raw, meta_bytes, pttl in zip(replies[::3], replies[1::3], replies[2::3], strict=True):
+        found.append((None if raw is None else (raw, meta_bytes), int(pttl)))
+    return found

@@ -26,9 +26,10 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
+from ..core import meta
 from ..core.envelope import FILLED_WITH_RECORD, INVALIDATED, MISSING, WakeUp, travels_with_wakeup
 from ..core.flight import LockAttempt
-from ..core.keys import CacheKey, done_channel, epoch_key, written_key
+from ..core.keys import CacheKey, done_channel, epoch_key, meta_key, written_key
 from ..core.options import to_ms
 from ..io import scripts
 from ..lock.rules import RELEASED
@@ -77,7 +78,10 @@ class FencedStore(RedisStore):
 
     def invalidate(self, keys: Sequence[CacheKey]) -> None:
         calls = [
-            ((epoch_key(key.full),), (done_channel(key.full), INVALIDATED, to_ms(FENCE_KEEP)))
+            (
+                (epoch_key(key.full), meta_key(key.full)),
+                (done_channel(key.full), INVALIDATED, to_ms(FENCE_KEEP)),
+            )
             for key in keys
         ]
         scripts.run_many(self.client, scripts.FENCED_VOID, calls)
@@ -94,7 +98,7 @@ class FencedFillLock:
         self._ttl = ttl
         self._mutex: Any = None  # made by the first attempt, where its errors are the fill's
         self._epoch = b""
-        self._wakeups = WakeUps(store.client, key, store.loads)
+        self._wakeups = WakeUps(store.client, key, meta.carried_loads(store.loads))
 
     def _outside(self, call: Callable[[], Any]) -> Any:
         """Run ``call`` on the outside lock; its system's errors become ``LockUnavailable``."""
@@ -114,12 +118,12 @@ class FencedFillLock:
         if not won:
             return LockAttempt(False, holder_ttl=holder_ttl)
         full = self._key.full
-        keys = (full, epoch_key(full))
-        raw, epoch = scripts.run(
+        keys = (full, epoch_key(full), meta_key(full))
+        raw, epoch, meta_bytes = scripts.run(
             self._store.client, scripts.FENCED_READ, keys, (to_ms(FENCE_KEEP),)
         )
         self._epoch = epoch
-        return LockAttempt(True, record=MISSING if raw is None else self._store.loads(raw))
+        return LockAttempt(True, record=meta.decode(raw, meta_bytes, self._store.loads))
 
     def peek(self) -> float | None:
         # How long the holder has left is the outside lock's business; a held lock is waited
@@ -140,24 +144,27 @@ class FencedFillLock:
         token = self._mutex.fencing_token
         if token is None or not self._mutex.token:
             return False
-        payload = None if record is MISSING else self._store.dumps(record)
-        carried = travels_with_wakeup(outcome, payload)
+        raw, meta_bytes = (None, None) if record is MISSING else self._store.encode(record)
+        size = None if raw is None else len(raw) + len(meta_bytes or b"")
+        carried = travels_with_wakeup(outcome, size)
         full = self._key.full
-        ttl_ms = -1 if payload is None else (0 if ttl is None else to_ms(ttl))
+        ttl_ms = -1 if record is MISSING else (0 if ttl is None else to_ms(ttl))
         committed = bool(
             scripts.run(
                 self._store.client,
                 scripts.FENCED_COMMIT,
-                (full, written_key(full), epoch_key(full)),
+                (full, written_key(full), epoch_key(full), meta_key(full)),
                 (
                     token,
                     self._epoch,
-                    payload or b"",
+                    raw or b"",
                     ttl_ms,
                     done_channel(full),
                     FILLED_WITH_RECORD if carried else outcome,
                     "1" if carried else "0",
                     to_ms(FENCE_KEEP),
+                    meta_bytes or b"",
+                    "0" if raw is None else "1",
                 ),
             )
         )

@@ -27,21 +27,21 @@ from .store import RedisStore
 class NearReads:
     """A near cache of ``store``'s records under ``prefix``, kept true by Redis's reports."""
 
-    __slots__ = ("loads", "near", "prefix", "store")
+    __slots__ = ("decode", "near", "prefix", "store")
 
     def __init__(self, near: NearCache, store: RedisStore, prefix: str) -> None:
         self.near = near
         self.store = store
         self.prefix = prefix
-        self.loads = store.loads
+        self.decode = store.decode_copy
 
     def __repr__(self) -> str:
         return f"<NearReads {self.prefix!r} {self.near!r}>"
 
     def hit(self, full: Any) -> Any:
         """Return this process's copy of ``full`` (a fresh object), or MISSING."""
-        raw = self.near.lookup(full)
-        return MISSING if raw is None else self.loads(raw)
+        copy = self.near.lookup(full)
+        return MISSING if copy is None else self.decode(copy)
 
     def fresh(self, full: Any, options: FillOptions, clock: Clock) -> Any:
         """Return the value of this process's copy of ``full`` if it is fresh, else MISSING.
@@ -64,15 +64,15 @@ class NearReads:
             tracker_for(self.store.client).track(self.prefix, self.near)
         return stamp
 
-    def keep(self, full: Any, reply: tuple[bytes | None, int], stamp: Stamp | None) -> Any:
-        """Keep what Redis returned for ``full`` (its bytes and its ``PTTL``) if it may be
-        kept; return it loaded."""
-        raw, pttl = reply
-        if raw is None:
+    def keep(self, full: Any, reply: tuple[Any, int], stamp: Stamp | None) -> Any:
+        """Keep what Redis returned for ``full`` (its value and meta bytes, and its ``PTTL``)
+        if it may be kept; return it loaded."""
+        copy, pttl = reply
+        if copy is None:
             return MISSING
         if pttl != -2:  # -2: gone between the GET and the PTTL
-            self.near.admit(full, raw, stamp, None if pttl < 0 else pttl / 1000)
-        return self.loads(raw)
+            self.near.admit(full, copy, stamp, None if pttl < 0 else pttl / 1000)
+        return self.decode(copy)
 
     def read(self, key: CacheKey) -> Any:
         """Return the record of ``key``: this process's copy, or Redis's (then kept)."""

@@ -3,6 +3,10 @@
 Rule: the write belongs to the lock. The token check, the write, the release and the publish
 are one Lua call (``COMMIT``), so a holder that lost its lock while loading never writes.
 
+Rule: the value stays plain. ``FK`` holds the value as the cache's own serializer writes it, and
+the fill's bookkeeping lives in ``{FK}:meta`` (``core/meta.py``); a hit reads both with one
+``MGET`` (one round trip, one slot).
+
 Rule: fused where Redis allows. Acquiring also reads the key (the winner knows at once whether
 the previous holder just filled it); a small record travels inside the wake-up message, so
 waiting processes answer without a ``GET``. The calls themselves live in ``calls.py``, shared
@@ -19,9 +23,10 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from ..core import meta
 from ..core.envelope import MISSING, TIMED_OUT, WakeUp, parse_wakeup
 from ..core.flight import LockAttempt
-from ..core.keys import CacheKey, done_channel, lock_key, refuse_scattered
+from ..core.keys import CacheKey, colocated, done_channel, lock_key, meta_key, refuse_scattered
 from ..core.port import Dumps, Loads
 from ..io import clients, scripts
 from ..io.notify import Subscription, notifier_for
@@ -32,41 +37,52 @@ logger = logging.getLogger(__name__)
 
 
 class RedisStore:
-    """Records of one cache in Redis, serialized by ``dumps``/``loads``; locks beside them.
+    """Records of one cache in Redis, values serialized by ``dumps``/``loads``; locks beside them.
 
-    ``client`` is a long-lived redis-py client (``redis.Redis``, a Sentinel master, ...); use one
-    per process and server (``stampede.io.clients``), never one per call.
+    ``dumps``/``loads`` are the cache's own serializer of values (the wrapped Django cache's),
+    so what a fill writes is what that cache's ``set`` writes. ``client`` is a long-lived
+    redis-py client (``redis.Redis``, a Sentinel master, ...); use one per process and server
+    (``stampede.io.clients``), never one per call.
     """
 
     def __init__(self, client: Any, *, dumps: Dumps = pickle.dumps, loads: Loads = pickle.loads):
         self.client = client
         self.dumps = dumps
         self.loads = loads
-        self._get = clients.fast_get(client)
+        self._mget = clients.fast_mget(client)
         self._cluster = clients.is_cluster(client)
 
     def __repr__(self) -> str:
         return f"<RedisStore {self.client!r}>"
 
+    def encode(self, record: Any) -> tuple[bytes | None, bytes | None]:
+        """Return (the value's bytes, its meta) that store ``record`` (see ``core/meta.py``)."""
+        return meta.encode(record, self.dumps)
+
     def read(self, key: CacheKey) -> Any:
-        raw = self._get(key.full)
-        return MISSING if raw is None else self.loads(raw)
+        full = key.full
+        if self._cluster and not colocated(full):
+            raw = self.client.get(full)  # its meta cannot be beside it: never written
+            return MISSING if raw is None else self.loads(raw)
+        raw, meta_bytes = self._mget(full, meta_key(full))
+        return meta.decode(raw, meta_bytes, self.loads)
 
-    def read_near(self, full: Any) -> tuple[bytes | None, int]:
-        """Return what a near cache keeps of ``full``: its bytes (None if absent) and its
-        ``PTTL`` in ms (-1: no expiry), in one round trip."""
-        pipe = self.client.pipeline(transaction=False)
-        pipe.get(full).pttl(full)
-        raw, pttl = pipe.execute()
-        return raw, int(pttl)
+    def decode_copy(self, copy: tuple[bytes, bytes | None]) -> Any:
+        """Return the record of a near cache's copy (see :meth:`read_near`)."""
+        return meta.decode(copy[0], copy[1], self.loads)
 
-    def read_many_near(self, fulls: Sequence[Any]) -> list[tuple[bytes | None, int]]:
+    def read_near(self, full: Any) -> tuple[tuple[bytes, bytes | None] | None, int]:
+        """Return what a near cache keeps of ``full``: (its bytes, its meta), None if absent,
+        and its ``PTTL`` in ms (-1: no expiry), in one round trip."""
+        return self.read_many_near([full])[0]
+
+    def read_many_near(self, fulls: Sequence[Any]) -> list[tuple[Any, int]]:
         """:meth:`read_near` of each of ``fulls``, in one round trip."""
         pipe = self.client.pipeline(transaction=False)
-        for full in fulls:  # no MGET: on a cluster the keys may live on several nodes
-            pipe.get(full).pttl(full)
+        for full in fulls:  # no MGET across keys: on a cluster they may live on several nodes
+            pipe.get(full).get(meta_key(full)).pttl(full)
         replies = pipe.execute()
-        return [(raw, int(pttl)) for raw, pttl in zip(replies[::2], replies[1::2], strict=True)]
+        return calls.near_replies(replies)
 
     def lock(self, key: CacheKey, ttl: float) -> RedisFillLock:
         if self._cluster:
@@ -75,6 +91,14 @@ class RedisStore:
 
     def invalidate(self, keys: Sequence[CacheKey]) -> None:
         scripts.run_many(self.client, scripts.INVALIDATE, [calls.invalidate(key) for key in keys])
+
+    def drop_meta(self, keys: Sequence[CacheKey]) -> None:
+        """Delete the fills' meta of ``keys``: their values' lives were changed (``touch``,
+        ``expire``, ``persist``) and now follow their own TTL, as plain values."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:  # one DEL each: on a cluster the keys may live on several nodes
+            pipe.delete(meta_key(key.full))
+        pipe.execute()
 
 
 class WakeUps:
@@ -121,7 +145,7 @@ class RedisFillLock:
         self._ttl = ttl
         self._token: str | None = None
         self._renewal: watchdog.Renewal | None = None
-        self._wakeups = WakeUps(store.client, key, store.loads)
+        self._wakeups = WakeUps(store.client, key, meta.carried_loads(store.loads))
 
     def attempt(self) -> LockAttempt:
         # The token is ours before the call: a reply lost after Redis ran SET NX (a timeout,
@@ -151,8 +175,8 @@ class RedisFillLock:
             return False
         # Serialized while the lock is still ours: a value that does not pickle raises here,
         # and close() then releases the lock (and wakes the waiters) instead of its TTL.
-        payload = None if record is MISSING else self._store.dumps(record)
-        call = calls.commit(self._key, token, outcome, payload, ttl)
+        stored = None if record is MISSING else self._store.encode(record)
+        call = calls.commit(self._key, token, outcome, stored, ttl)
         self._stop_renewal()
         committed = bool(scripts.run(self._store.client, scripts.COMMIT, *call))
         self._token = None  # only now: if the call failed, close() still releases

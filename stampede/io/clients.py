@@ -85,7 +85,7 @@ def is_cluster(client: Any) -> bool:
     return isinstance(client, _cluster_types())
 
 
-# -- the hit path's GET -------------------------------------------------------------------------
+# -- the hit path's MGET ------------------------------------------------------------------------
 
 
 def _pool_takes_no_command_name() -> bool:
@@ -95,15 +95,16 @@ def _pool_takes_no_command_name() -> bool:
     return (major, minor) >= (5, 3)
 
 
-def fast_get(client: Any) -> Callable[[Any], Any]:
-    """Return ``GET`` for ``client``: one pooled connection, one command, one reply.
+def fast_mget(client: Any) -> Callable[..., Any]:
+    """Return ``MGET`` for ``client``: one pooled connection, one command, one reply.
 
-    Most calls of a cache are hits, and a hit is one ``GET``. redis-py's generic command path
-    (retry policy, observability hooks, response callbacks) costs a third of a hit's CPU; for a
-    plain ``redis.Redis`` returning bytes this goes to the connection directly. Any connection
-    error (no connection to be had, or a pooled one the server closed) falls back to
-    ``client.get``, once the failed connection is back in the pool, so the client's own retry
-    policy decides; any other client type simply gets ``client.get``.
+    Most calls of a cache are hits, and a hit is one ``MGET`` of a value and its fill's meta.
+    redis-py's generic command path (retry policy, observability hooks, response callbacks)
+    costs a third of a hit's CPU; for a plain ``redis.Redis`` returning bytes this goes to the
+    connection directly. Any connection error (no connection to be had, or a pooled one the
+    server closed) falls back to ``client.mget``, once the failed connection is back in the
+    pool, so the client's own retry policy decides; any other client type simply gets
+    ``client.mget``.
     """
     import redis
     from redis.exceptions import ConnectionError as RedisConnectionError
@@ -112,17 +113,17 @@ def fast_get(client: Any) -> Callable[[Any], Any]:
 
     plain = type(client) is redis.Redis and getattr(client, "connection", None) is None
     if not plain or client.get_encoder().decode_responses:
-        return client.get  # type: ignore[no-any-return]
+        return client.mget  # type: ignore[no-any-return]
     pool = client.connection_pool
-    args: tuple[str, ...] = () if _pool_takes_no_command_name() else ("GET",)
+    args: tuple[str, ...] = () if _pool_takes_no_command_name() else ("MGET",)
 
-    def get(name: Any) -> Any:
+    def mget(*names: Any) -> Any:
         try:
             connection = pool.get_connection(*args)
         except (RedisConnectionError, RedisTimeoutError, OSError):
-            return client.get(name)
+            return client.mget(names)
         try:
-            connection.send_command("GET", name)
+            connection.send_command("MGET", *names)
             reply = connection.read_response()
         except ResponseError:
             pool.release(connection)
@@ -130,7 +131,7 @@ def fast_get(client: Any) -> Callable[[Any], Any]:
         except (RedisConnectionError, RedisTimeoutError, OSError):
             connection.disconnect()
             pool.release(connection)
-            return client.get(name)
+            return client.mget(names)
         except BaseException:
             connection.disconnect()  # a reply may be left unread: never reuse it
             pool.release(connection)
@@ -138,7 +139,7 @@ def fast_get(client: Any) -> Callable[[Any], Any]:
         pool.release(connection)
         return reply
 
-    return get
+    return mget
 
 
 # -- asyncio twins: one per event loop and sync pool -------------------------------------------

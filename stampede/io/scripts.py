@@ -65,15 +65,15 @@ return {0, redis.call('PTTL', KEYS[1])}
 ACQUIRE_READ = Script(
     "acquire_read",
     """
--- KEYS[1] lock key, KEYS[2] cache key
+-- KEYS[1] lock key, KEYS[2] cache key, KEYS[3] its meta key
 -- ARGV[1] token, ARGV[2] ttl in ms
--- returns {1, the cache key's value (nil when absent)} when acquired,
+-- returns {1, the cache key's value, its meta (each nil when absent)} when acquired,
 --         {0, remaining ttl of the current holder in ms} when not
 -- A fill's acquire: the winner learns in the same round trip whether the previous holder
 -- stored a value between the winner's first read and this attempt, so it goes straight to
 -- its loader when the key is still absent.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, redis.call('GET', KEYS[2])}
+  return {1, redis.call('GET', KEYS[2]), redis.call('GET', KEYS[3])}
 end
 return {0, redis.call('PTTL', KEYS[1])}
 """,
@@ -82,13 +82,16 @@ return {0, redis.call('PTTL', KEYS[1])}
 COMMIT = Script(
     "commit",
     """
--- KEYS[1] cache key, KEYS[2] lock key
--- ARGV[1] token, [2] record, [3] ttl ms (0: none, -1: no write), [4] channel, [5] message, [6] flag
+-- KEYS[1] cache key, KEYS[2] lock key, KEYS[3] meta key
+-- ARGV[1] token, [2] value, [3] meta, [4] ttl ms, [5] channel, [6] message, [7] flag, [8] has value
 -- returns 1 when the lock was ours: the record is written, the lock released, the waiters
 -- told; 0 when it was not (nothing is written or released)
--- ARGV[7] PUBLISH, or SPUBLISH on a cluster (``run`` appends it: ``Script.publishes``).
--- ARGV[6] "1" appends the record to the message: a small record travels inside the wake-up,
--- so waiting processes need no GET.
+-- ARGV[4] 0: no expiry, -1: no write; ARGV[8] "1" when there is a value, "0" when not (a
+-- failure: its meta only). ARGV[9] PUBLISH, or SPUBLISH on a cluster (``run`` appends it:
+-- ``Script.publishes``).
+-- The value and its meta are written together, with one expiry: an empty part is deleted, so
+-- no meta of an earlier fill outlives this one. ARGV[7] "1" appends meta, newline and value
+-- to the message: a small record travels inside the wake-up, so waiting processes need no GET.
 -- The write belongs to the lock: a holder paused past its TTL must not overwrite the value a
 -- later holder stored, and a delete() during the load (which deletes the lock) voids it.
 local holder = redis.call('GET', KEYS[2])
@@ -96,21 +99,29 @@ if holder ~= ARGV[1] then
   if not holder then
     -- Nobody holds the lock (FLUSHALL, eviction, a force-release): the waiters would sleep
     -- out the TTL they last saw; 'invalidated' sends them to contend now, as delete() does.
-    redis.call(ARGV[7], ARGV[4], 'invalidated')
+    redis.call(ARGV[9], ARGV[5], 'invalidated')
   end
   return 0
 end
-local ttl = tonumber(ARGV[3])
-if ttl > 0 then
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ttl)
-elseif ttl == 0 then
-  redis.call('SET', KEYS[1], ARGV[2])
+local ttl = tonumber(ARGV[4])
+local function write(key, present, data)
+  if not present then
+    redis.call('DEL', key)
+  elseif ttl > 0 then
+    redis.call('SET', key, data, 'PX', ttl)
+  else
+    redis.call('SET', key, data)
+  end
+end
+if ttl >= 0 then
+  write(KEYS[1], ARGV[8] == '1', ARGV[2])
+  write(KEYS[3], ARGV[3] ~= '', ARGV[3])
 end
 redis.call('DEL', KEYS[2])
-if ARGV[6] == '1' then
-  redis.call(ARGV[7], ARGV[4], ARGV[5] .. ARGV[2])
+if ARGV[7] == '1' then
+  redis.call(ARGV[9], ARGV[5], ARGV[6] .. ARGV[3] .. '\\n' .. ARGV[2])
 else
-  redis.call(ARGV[7], ARGV[4], ARGV[5])
+  redis.call(ARGV[9], ARGV[5], ARGV[6])
 end
 return 1
 """,
@@ -174,11 +185,13 @@ return fence
 INVALIDATE = Script(
     "invalidate",
     """
--- KEYS[1] lock key
+-- KEYS[1] lock key, KEYS[2] meta key
 -- ARGV[1] wake-up channel, ARGV[2] wake-up message, ARGV[3] (S)PUBLISH
 -- returns 1 if a load was in progress (its write is now void), else 0
 -- Deleting the lock voids the holder's pending write (COMMIT checks the token); the message
--- sends its waiters back to contend for a fresh load instead of waiting out the TTL.
+-- sends its waiters back to contend for a fresh load instead of waiting out the TTL. The meta
+-- goes with its value (deleted, or moved to another version): it must not outlive it.
+redis.call('DEL', KEYS[2])
 if redis.call('DEL', KEYS[1]) == 1 then
   redis.call(ARGV[3], ARGV[1], ARGV[2])
   return 1
@@ -304,9 +317,9 @@ return reply
 FENCED_READ = Script(
     "fenced_read",
     """
--- KEYS[1] cache key, KEYS[2] epoch key
+-- KEYS[1] cache key, KEYS[2] epoch key, KEYS[3] meta key
 -- ARGV[1] ms a new epoch key is kept
--- returns {the cache key's value (nil when absent), the epoch}
+-- returns {the cache key's value (nil when absent), the epoch, the meta (nil when absent)}
 -- A fenced fill's read once its (outside) lock is won: the epoch it sees is the one its
 -- commit must still find, or a delete() came in between and the load is void. A missing
 -- epoch is created, so that a FLUSHDB during the load (which removes it) voids it too.
@@ -315,20 +328,23 @@ if not epoch then
   epoch = '0'
   redis.call('SET', KEYS[2], epoch, 'PX', ARGV[1])
 end
-return {redis.call('GET', KEYS[1]), epoch}
+return {redis.call('GET', KEYS[1]), epoch, redis.call('GET', KEYS[3])}
 """,
 )
 
 FENCED_COMMIT = Script(
     "fenced_commit",
     """
--- KEYS[1] cache key, KEYS[2] written key, KEYS[3] epoch key
--- ARGV[1] token, [2] epoch, [3] record, [4] ttl ms, [5] channel, [6] message, [7] flag, [8] keep
+-- KEYS[1] cache key, KEYS[2] written key, KEYS[3] epoch key, KEYS[4] meta key
+-- ARGV[1] token, [2] epoch, [3] value, [4] ttl ms, [5] channel, [6] message, [7] flag, [8] keep...
 -- returns 1 when written (or nothing to write) and the waiters told; 0 when refused: a newer
 -- holder's write already landed (its token is larger), or a delete() voided this load.
 -- ARGV[2] is the epoch seen when the lock was won ('' for none); ARGV[4] 0: no expiry,
--- -1: no write; ARGV[7] "1": the record travels with the message; ARGV[8]: how long the
--- written key is kept at least; ARGV[9] PUBLISH, or SPUBLISH on a cluster (``run`` appends it).
+-- -1: no write; ARGV[7] "1": meta, newline and value travel with the message; ARGV[8]: how
+-- long the written key is kept at least; ARGV[9] the meta; ARGV[10] "1" when there is a
+-- value, "0" when not (a failure: its meta only); ARGV[11] PUBLISH, or SPUBLISH on a
+-- cluster (``run`` appends it). The value and its meta are written together, with one
+-- expiry (see COMMIT).
 -- The lock lives outside this Redis (Redlock, ZooKeeper), so the write cannot check it here;
 -- it checks the lock's fencing token instead, which only grows from holder to holder.
 local epoch = redis.call('GET', KEYS[3]) or ''
@@ -341,12 +357,18 @@ if token < written then
   return 0
 end
 local ttl = tonumber(ARGV[4])
-if ttl >= 0 then
-  if ttl > 0 then
-    redis.call('SET', KEYS[1], ARGV[3], 'PX', ttl)
+local function write(key, present, data)
+  if not present then
+    redis.call('DEL', key)
+  elseif ttl > 0 then
+    redis.call('SET', key, data, 'PX', ttl)
   else
-    redis.call('SET', KEYS[1], ARGV[3])
+    redis.call('SET', key, data)
   end
+end
+if ttl >= 0 then
+  write(KEYS[1], ARGV[10] == '1', ARGV[3])
+  write(KEYS[4], ARGV[9] ~= '', ARGV[9])
   local keep = math.max(ttl, tonumber(ARGV[8]))
   if ttl == 0 then
     redis.call('SET', KEYS[2], ARGV[1])
@@ -355,9 +377,9 @@ if ttl >= 0 then
   end
 end
 if ARGV[7] == '1' then
-  redis.call(ARGV[9], ARGV[5], ARGV[6] .. ARGV[3])
+  redis.call(ARGV[11], ARGV[5], ARGV[6] .. ARGV[9] .. '\\n' .. ARGV[3])
 else
-  redis.call(ARGV[9], ARGV[5], ARGV[6])
+  redis.call(ARGV[11], ARGV[5], ARGV[6])
 end
 return 1
 """,
@@ -367,11 +389,12 @@ return 1
 FENCED_VOID = Script(
     "fenced_void",
     """
--- KEYS[1] epoch key
+-- KEYS[1] epoch key, KEYS[2] meta key
 -- ARGV[1] wake-up channel, [2] wake-up message, [3] ms the epoch key is kept, [4] PUBLISH/SPUBLISH
 -- returns the new epoch
 -- A delete() during a fenced load: the load's commit finds another epoch and writes nothing;
--- its waiters are sent back to contend for a fresh load.
+-- its waiters are sent back to contend for a fresh load. The meta goes with its value.
+redis.call('DEL', KEYS[2])
 local epoch = redis.call('INCR', KEYS[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call(ARGV[4], ARGV[1], ARGV[2])

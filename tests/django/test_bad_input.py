@@ -88,7 +88,7 @@ def test_a_key_memcached_would_refuse_warns_on_every_call_as_django_does(
     with pytest.warns(CacheKeyWarning, match=re.escape(warning)):
         assert cache.get(key) == "value"
     with pytest.warns(CacheKeyWarning, match=re.escape(warning)):
-        assert cache.lock(key).acquire(blocking=False)
+        assert cache.mutex(key).acquire(blocking=False)
 
     assert redis.exists(caches["backing"].make_key(key))
 
@@ -412,7 +412,7 @@ def test_an_unreachable_lock_url_with_on_redis_error_raise_raises_redis_error(
     for fill in (
         lambda: cache.get_or_set("k", lambda: calls.append("sync"), 60),
         lambda: asyncio.run(cache.aget_or_set("k", lambda: calls.append("async"), 60)),
-        lambda: cache.lock("k").acquire(),
+        lambda: cache.mutex("k").acquire(),
     ):
         with pytest.raises(redis_py.exceptions.ConnectionError, match=f"127.0.0.1:{closed_port}"):
             fill()
@@ -644,11 +644,11 @@ def test_cached_with_a_cache_alias_not_in_caches_says_so_when_called(cache, redi
     still_works(cache, redis)
 
 
-# -- Mutex and cache.lock ------------------------------------------------------------------------
+# -- Mutex and cache.mutex -----------------------------------------------------------------------
 
 
 def extend_held(cache: Any, ttl: Any) -> None:
-    mutex = cache.lock("k")
+    mutex = cache.mutex("k")
     assert mutex.acquire(blocking=False)
     try:
         mutex.extend(ttl)
@@ -657,49 +657,54 @@ def extend_held(cache: Any, ttl: Any) -> None:
 
 
 BAD_LOCKS: list[tuple[str, Callable[[Any], Any], type[Exception], str]] = [
-    ("ttl-0", lambda c: c.lock("k", ttl=0), ValueError, "ttl must be > 0 seconds; got 0.0"),
-    ("ttl-neg", lambda c: c.lock("k", ttl=-1), ValueError, "ttl must be > 0 seconds; got -1.0"),
+    ("ttl-0", lambda c: c.mutex("k", ttl=0), ValueError, "ttl must be > 0 seconds; got 0.0"),
+    ("ttl-neg", lambda c: c.mutex("k", ttl=-1), ValueError, "ttl must be > 0 seconds; got -1.0"),
     (
         "ttl-nan",
-        lambda c: c.lock("k", ttl=NAN),
+        lambda c: c.mutex("k", ttl=NAN),
         ValueError,
         "ttl must be a finite number of seconds; got nan",
     ),
-    ("ttl-str", lambda c: c.lock("k", ttl="30"), TypeError, "ttl must be a number of seconds"),
-    ("ttl-none", lambda c: c.lock("k", ttl=None), TypeError, "ttl must be a number of seconds"),
-    ("ttl-huge", lambda c: c.lock("k", ttl=10**10), ValueError, f"ttl must be {MAX}"),
+    ("ttl-str", lambda c: c.mutex("k", ttl="30"), TypeError, "ttl must be a number of seconds"),
+    ("ttl-none", lambda c: c.mutex("k", ttl=None), TypeError, "ttl must be a number of seconds"),
+    ("ttl-huge", lambda c: c.mutex("k", ttl=10**10), ValueError, f"ttl must be {MAX}"),
     (
         "timeout-neg",
-        lambda c: c.lock("k", timeout=-1),
+        lambda c: c.mutex("k", timeout=-1),
         ValueError,
         "timeout must be >= 0 seconds; got -1.0",
     ),
     (
         "timeout-inf",
-        lambda c: c.lock("k", timeout=INF),
+        lambda c: c.mutex("k", timeout=INF),
         ValueError,
         "timeout must be a finite number of seconds; got inf",
     ),
-    ("timeout-huge", lambda c: c.lock("k", timeout=1e10), ValueError, f"timeout must be {MAX}"),
+    ("timeout-huge", lambda c: c.mutex("k", timeout=1e10), ValueError, f"timeout must be {MAX}"),
     (
         "acquire-timeout",
-        lambda c: c.lock("k").acquire(timeout="1"),
+        lambda c: c.mutex("k").acquire(timeout="1"),
         TypeError,
         "timeout must be a number of seconds; got '1'",
     ),
     (
         "acquire-nonblocking-timeout",
-        lambda c: c.lock("k").acquire(blocking=False, timeout=1),
+        lambda c: c.mutex("k").acquire(blocking=False, timeout=1),
         ValueError,
         "timeout cannot be given with blocking=False",
     ),
     ("extend-0", lambda c: extend_held(c, 0), ValueError, "ttl must be > 0 seconds; got 0.0"),
     ("extend-huge", lambda c: extend_held(c, 1e10), ValueError, f"ttl must be {MAX}"),
-    ("on-lost", lambda c: c.lock("k", on_lost=5), TypeError, "on_lost must be callable; got 5"),
-    ("unknown-kwarg", lambda c: c.lock("k", tll=5), TypeError, "unexpected keyword argument 'tll'"),
+    ("on-lost", lambda c: c.mutex("k", on_lost=5), TypeError, "on_lost must be callable; got 5"),
+    (
+        "unknown-kwarg",
+        lambda c: c.mutex("k", tll=5),
+        TypeError,
+        "unexpected keyword argument 'tll'",
+    ),
     (
         "release-unheld",
-        lambda c: c.lock("k").release(),
+        lambda c: c.mutex("k").release(),
         RuntimeError,
         "cannot release <Mutex ':1:k' ttl=30.0 not held>: it is not held",
     ),

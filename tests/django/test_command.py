@@ -1,6 +1,6 @@
 """``manage.py stampede`` against the real redis-server, while locks are held by real holders.
 
-Holders are a ``Mutex`` from ``cache.lock()`` or a slow ``get_or_set`` in a thread whose loader
+Holders are a ``Mutex`` from ``cache.mutex()`` or a slow ``get_or_set`` in a thread whose loader
 waits for the test's go. A second StampedeCache over a second alias of the same Redis has its
 own in-process coalescing group, so within this one process it waits for the first cache's fill
 through Redis, exactly as another process would. Loader calls are counted in Redis (INCR).
@@ -76,7 +76,7 @@ def test_status_with_no_locks_says_so(stampede_settings):
 
 
 def test_status_lists_a_mutex_held_now_with_its_ttl_and_fencing_token(stampede_settings):
-    mutex = caches["default"].lock(KEY, ttl=30)
+    mutex = caches["default"].mutex(KEY, ttl=30)
     assert mutex.acquire(blocking=False)
     try:
         output = run("status")
@@ -115,9 +115,9 @@ def test_status_lists_only_the_locks_under_the_caches_own_prefix(settings, redis
     # A prefix with glob characters: it must match literally, not as a pattern.
     settings.INSTALLED_APPS = ["stampede"]
     settings.CACHES = two_caches(redis_url, backing={"KEY_PREFIX": "a*b"})
-    ours = caches["default"].lock("k", ttl=30)
-    tagged = caches["default"].lock("user{7}:profile", ttl=30)
-    look_alike = caches["default"].lock("k", ttl=30, version=2)  # same prefix, other version
+    ours = caches["default"].mutex("k", ttl=30)
+    tagged = caches["default"].mutex("user{7}:profile", ttl=30)
+    look_alike = caches["default"].mutex("k", ttl=30, version=2)  # same prefix, other version
     assert ours.acquire(blocking=False) and tagged.acquire(blocking=False)
     assert look_alike.acquire(blocking=False)
     redis.set("{aXb:1:k}:lock", "not ours", px=30_000)  # would match a*b unescaped
@@ -134,7 +134,7 @@ def test_status_lists_only_the_locks_under_the_caches_own_prefix(settings, redis
 
 
 def test_locks_lists_up_to_limit_rows_and_counts_the_rest(stampede_settings):
-    mutexes = [caches["default"].lock(f"key-{n}", ttl=30) for n in range(3)]
+    mutexes = [caches["default"].mutex(f"key-{n}", ttl=30) for n in range(3)]
     for mutex in mutexes:
         assert mutex.acquire(blocking=False)
     try:
@@ -154,9 +154,9 @@ def test_clear_of_a_key_that_holds_no_lock_deletes_nothing(stampede_settings, re
 
 
 def test_clear_releases_a_held_mutex_and_wakes_its_waiter(stampede_settings, redis):
-    holder = caches["default"].lock(KEY, ttl=30)
+    holder = caches["default"].mutex(KEY, ttl=30)
     assert holder.acquire(blocking=False)
-    waiter_lock = caches["default"].lock(KEY, ttl=30)
+    waiter_lock = caches["default"].mutex(KEY, ttl=30)
     waiter = Background(lambda: waiter_lock.acquire(timeout=30))
     wait_until(lambda: subscribers(redis, FULL_KEY) == 1, "the waiter subscribed")
 
@@ -186,7 +186,7 @@ def test_clear_during_a_slow_fill_sends_the_waiter_to_load_and_drops_the_old_wri
 
 
 def test_clear_takes_a_full_key_as_status_shows_it(stampede_settings, redis):
-    holder = caches["default"].lock(KEY, ttl=30, version=3)
+    holder = caches["default"].mutex(KEY, ttl=30, version=3)
     assert holder.acquire(blocking=False)
     output = run("locks", "--clear", ":3:report:42", "--full-key")
     assert output.startswith("Deleted '{:3:report:42}:lock'")
@@ -194,7 +194,7 @@ def test_clear_takes_a_full_key_as_status_shows_it(stampede_settings, redis):
 
 
 def test_clear_honours_the_key_version(stampede_settings):
-    holder = caches["default"].lock(KEY, ttl=30, version=3)
+    holder = caches["default"].mutex(KEY, ttl=30, version=3)
     assert holder.acquire(blocking=False)
     assert run("locks", "--clear", KEY).startswith("No lock held")
     assert run("locks", "--clear", KEY, "--key-version", "3").startswith("Deleted")

@@ -65,7 +65,7 @@ def test_a_failed_load_reports_its_error(make_cache, received):
 
 def test_a_waiter_in_another_flight_reports_its_wait(make_cache, received, redis):
     cache = make_cache()
-    holder = cache.lock("signals-wait", ttl=30)
+    holder = cache.mutex("signals-wait", ttl=30)
     assert holder.acquire()
 
     def release_once_parked() -> None:
@@ -90,7 +90,7 @@ def test_serving_a_stale_value_is_reported(make_cache, received):
     cache = make_cache(GRACE=30)
     cache.get_or_load("signals-stale", lambda: "old", timeout=0.1)
     time.sleep(0.15)
-    holder = cache.lock("signals-stale", ttl=30)  # someone else is refreshing
+    holder = cache.mutex("signals-stale", ttl=30)  # someone else is refreshing
     assert holder.acquire()
     try:
         assert cache.get_or_load("signals-stale", lambda: "new", timeout=0.1) == "old"

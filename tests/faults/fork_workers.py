@@ -391,7 +391,7 @@ def preloaded_site() -> Any:
     cache = caches["default"]
     client = client_for(url)
     warm = cache.get_or_set("preload-fill", lambda: "warm", 60)
-    holder = cache.lock("preload-lock", ttl=30)
+    holder = cache.mutex("preload-lock", ttl=30)
     holder.acquire()
 
     def release_when_waited() -> None:
@@ -402,7 +402,7 @@ def preloaded_site() -> Any:
 
     releaser = threading.Thread(target=release_when_waited, daemon=True)
     releaser.start()
-    waiter = cache.lock("preload-lock", ttl=30)
+    waiter = cache.mutex("preload-lock", ttl=30)
     waited = waiter.acquire(timeout=60)
     waiter.release()
     releaser.join(60)

@@ -56,7 +56,7 @@ ACL_COMMANDS = (
     "unsubscribe",  # the listener, when a channel's last waiter is done
 )
 #: ``ACL SETUSER <user> on ><password> <ACL_RULE>``: a user that can do all django-stampede
-#: does (Django cache fills, cache.lock(), stampede.guard, the Celery task guard) and what
+#: does (Django cache fills, cache.mutex(), stampede.guard, the Celery task guard) and what
 #: Django's RedisCache get/set/delete need (GET, SET, DEL), and nothing else. Its keys and
 #: channels are those of a cache whose KEY_PREFIX is "app", and of stampede.guard and the
 #: Celery task guard (``stampede:guard:*``, ``stampede:task:*``). A lock's keys and channel are
@@ -150,7 +150,7 @@ def test_refused_credentials_raise_authentication_error(
             "k", lambda: "own", timeout=60, on_redis_error="raise"
         ))  # fmt: skip
     with pytest.raises(refused, match=message):
-        timed(durations, "cache.lock().acquire", lambda: cache.lock("k").acquire())
+        timed(durations, "cache.mutex().acquire", lambda: cache.mutex("k").acquire())
     with pytest.raises(refused, match=message), stampede.guard("nightly", url=url):
         pass
 
@@ -233,14 +233,14 @@ def step_delete_voids_fills() -> None:
 
 
 def step_mutex() -> None:
-    """cache.lock(): fencing, locked/owned, extend, and a blocked acquirer woken by the release."""
+    """cache.mutex(): fencing, locked/owned, extend, and a blocked acquirer woken by the release."""
     cache = caches["default"]
-    first = cache.lock("mutex", ttl=30)
+    first = cache.mutex("mutex", ttl=30)
     assert first.acquire()
     assert first.fencing_token
     assert first.locked() and first.owned()
     assert first.extend()
-    second = cache.lock("mutex", ttl=30)
+    second = cache.mutex("mutex", ttl=30)
     blocked = workers.Background(lambda: second.acquire(timeout=5))
     time.sleep(0.2)
     assert first.release()
@@ -438,9 +438,9 @@ def tls_url(port: int, ca: Path | None) -> str:
 
 
 def blocked_lock_woken(cache: Any) -> float:
-    """Hold cache.lock("tls"), block a second acquirer on it, release; return how long the
+    """Hold cache.mutex("tls"), block a second acquirer on it, release; return how long the
     blocked one took to get it after the release."""
-    first, second = cache.lock("tls-mutex"), cache.lock("tls-mutex")
+    first, second = cache.mutex("tls-mutex"), cache.mutex("tls-mutex")
     assert first.acquire()
     blocked = workers.Background(lambda: (second.acquire(timeout=HANG), time.monotonic()))
     time.sleep(0.3)
@@ -527,7 +527,7 @@ def test_untrusted_tls_certificate_fails_clearly(start_redis, tls_files, setting
         ))  # fmt: skip
     assert timed(durations, "get_or_set", lambda: cache.get_or_set("k", lambda: "own")) == "own"
     with pytest.raises(redis_py.exceptions.ConnectionError, match=message):
-        timed(durations, "cache.lock().acquire", lambda: cache.lock("k").acquire())
+        timed(durations, "cache.mutex().acquire", lambda: cache.mutex("k").acquire())
     try:
         cache.get("k")
     except redis_py.exceptions.ConnectionError as exc:

@@ -180,7 +180,7 @@ def test_a_resumed_holders_late_commit_keeps_the_newer_value_and_the_held_lock(
     cache = parent_cache(**options)
     first_loader = held_loader(redis_url, value="first")
     second_loader = Loader(value="second", url=redis_url)
-    lock = cache.lock(KEY, ttl=5)
+    lock = cache.mutex(KEY, ttl=5)
     pid, held_token = 0, None
     with (
         Herd(setting, mode, KEY, first_loader) as first,

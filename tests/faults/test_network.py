@@ -273,7 +273,7 @@ def test_unanswered_redis_calls_return(start_redis, proxy_to, settings, mode, fi
     with pytest.raises(expected_error):
         timed("get", lambda: cache.get("k"))
     with pytest.raises(expected_error):
-        timed("lock.acquire", lambda: cache.lock("k").acquire(timeout=1))
+        timed("lock.acquire", lambda: cache.mutex("k").acquire(timeout=1))
     for name, seconds in durations.items():
         figure(f"{name} returned after", seconds, "s")
     # A miss may cost two timeouts: the hit path's GET, then redis-py's own retry of it.

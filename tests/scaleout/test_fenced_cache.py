@@ -139,7 +139,7 @@ def test_a_paused_process_holding_the_fill_cannot_overwrite(settings, redis, red
 
 def test_cache_lock_is_a_redlock(settings, redis_url, quorum):
     settings.CACHES = cache_setting(redis_url, quorum)
-    lock = caches["default"].lock("report", ttl=5)
+    lock = caches["default"].mutex("report", ttl=5)
     assert isinstance(lock, Redlock) and not lock.auto_renew  # Mutex's default
     with lock:
         assert lock.owned() and lock.fencing_token

@@ -73,7 +73,7 @@ def test_cold_stampede_over_zookeeper_loads_once(redis, redis_url, zk_hosts, nam
 def test_cache_lock_is_a_zookeeper_lock(settings, redis_url, zk_hosts, name):
     settings.CACHES = cache_setting(redis_url, zk_hosts, name)
     cache = caches["default"]
-    lock = cache.lock("report", ttl=5)
+    lock = cache.mutex("report", ttl=5)
     assert isinstance(lock, ZooKeeperLock)
     with lock:
         assert lock.owned() and lock.fencing_token

@@ -24,8 +24,9 @@ import redis as redis_py
 from benchmarks import measure, near, plan, runner, servers, soak
 from benchmarks.implementations import ADAPTERS, in_scenario
 from benchmarks.workload import IMPL
+from stampede.core import meta
 from stampede.core.envelope import Envelope
-from stampede.core.keys import done_channel, lock_key
+from stampede.core.keys import done_channel, lock_key, meta_key
 from stampede.io import scripts
 from stampede.testing import RedisServer
 
@@ -58,13 +59,14 @@ def audited():
 
 
 def _acquire(client, token: str, ttl_ms: int = 1000) -> bool:
-    won, _ = scripts.run(client, scripts.ACQUIRE_READ, (LOCK, KEY), (token, ttl_ms))
+    won = scripts.run(client, scripts.ACQUIRE_READ, (LOCK, KEY, meta_key(KEY)), (token, ttl_ms))[0]
     return bool(won)
 
 
-def _commit(client, token: str, payload: bytes, ttl_ms: int = 5000) -> bool:
-    args = (token, payload, ttl_ms, done_channel(KEY), b"filled", "0")
-    return bool(scripts.run(client, scripts.COMMIT, (KEY, LOCK), args))
+def _commit(client, token: str, record: Envelope, ttl_ms: int = 5000) -> bool:
+    value, meta_bytes = meta.encode(record, pickle.dumps)
+    args = (token, value, meta_bytes, ttl_ms, done_channel(KEY), b"filled", "0", "1")
+    return bool(scripts.run(client, scripts.COMMIT, (KEY, LOCK, meta_key(KEY)), args))
 
 
 def test_the_audit_is_quiet_on_correct_use_and_reads_the_soft_expiry(audited):
@@ -76,7 +78,7 @@ def test_the_audit_is_quiet_on_correct_use_and_reads_the_soft_expiry(audited):
     assert not scripts.run(client, scripts.RELEASE, (LOCK,), (second, "ch", "m"))  # refused
     time.sleep(0.3)  # the first holder's lock expires ...
     assert _acquire(client, second)  # ... and the second takes it
-    envelope = pickle.dumps(Envelope(("v", 1), 1234.5, 0.01))
+    envelope = Envelope(("v", 1), 1234.5, 0.01)
     assert not _commit(client, first, envelope)  # the old holder's commit is refused
     assert _commit(client, second, envelope)
     auditor.sync()

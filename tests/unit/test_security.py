@@ -225,10 +225,10 @@ def test_a_fill_of_another_version_locks_that_versions_name(shop, redis):
 
 def test_a_lock_waiter_listens_on_its_namespaced_channel_only(shop, redis):
     def wait_for_the_lock() -> bool:
-        with shop.lock("report", ttl=30, timeout=30):
+        with shop.mutex("report", ttl=30, timeout=30):
             return True
 
-    holder = shop.lock("report", ttl=30)
+    holder = shop.mutex("report", ttl=30)
     assert holder.acquire(blocking=False)
     waiter = Background(wait_for_the_lock)
     wait_until(lambda: redis.pubsub_channels("*report*") != [], "the waiter subscribed")
