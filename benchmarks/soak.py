@@ -677,7 +677,7 @@ class _Epoch:
                 continue
             op = call[0].upper()
             target = call[1] if len(call) > 1 else b""
-            if op in (b"GET", b"PTTL", b"EXISTS", b"PUBLISH", b"TIME"):
+            if op in (b"GET", b"MGET", b"PTTL", b"EXISTS", b"PUBLISH", b"TIME"):
                 continue
             if target in auditor.lock_keys:
                 self._lock_write(at, name, token, op, call, lua[position + 1 :])
@@ -699,7 +699,11 @@ class _Epoch:
         options = [part.upper() for part in call[3:]]
         if op == b"SET" and b"NX" in options and len(call) > 2:
             following = after[0][1] if after else []
-            lost = len(following) > 1 and following[0].upper() == b"PTTL" and following[1] == lock
+            if name == "acquire_read":  # a won fill's acquire reads the value and its meta
+                lost = not following or following[0].upper() != b"MGET"
+            else:
+                told = len(following) > 1 and following[0].upper() == b"PTTL"
+                lost = told and following[1] == lock
             if lost:
                 return
             if held is not None and held[1] > ts + EXPIRY_TOLERANCE_S:

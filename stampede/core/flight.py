@@ -362,6 +362,10 @@ def _fill_missing(key: Any, timeout: float | None, options: FillOptions, clock: 
             left = options.wait_timeout - (clock.monotonic() - started)
             yield Subscribe(max(left, SUBSCRIBE_FLOOR))
             subscribed = True
+            holder_ttl = None
+        if holder_ttl is None:
+            # Not told by the attempt (a store's lost attempt need not say: the first one is
+            # followed by this peek anyway): a waiter never waits longer than the holder's TTL.
             holder_ttl = yield Peek()
             if holder_ttl is None:
                 # Released meanwhile: its value is most likely stored. One read answers

@@ -15,11 +15,13 @@ from ..core.envelope import FILLED_WITH_RECORD, INVALIDATED, travels_with_wakeup
 from ..core.flight import LockAttempt
 from ..core.keys import CacheKey
 from ..core.options import to_ms
-from ..lock.rules import RELEASED, holder_ttl_seconds
+from ..lock.rules import RELEASED
 
 Call = tuple[tuple[Any, ...], tuple[Any, ...]]
 #: A record as written: the value's bytes (None: no value) and its meta (None: none).
 Stored = tuple[bytes | None, bytes | None]
+
+LOST = LockAttempt(False)
 
 #: ``COMMIT``'s ttl argument meaning "write nothing, only release and publish".
 _NO_WRITE = -1
@@ -31,10 +33,10 @@ def acquire(key: CacheKey, token: str, ttl: float) -> Call:
 
 
 def lost_attempt(reply: Any) -> LockAttempt | None:
-    """Read ``ACQUIRE_READ``'s reply: the lost attempt (with the holder's TTL), or None if won."""
+    """Read ``ACQUIRE_READ``'s reply: the lost attempt, or None if won."""
     if reply[0]:
         return None
-    return LockAttempt(False, holder_ttl=holder_ttl_seconds(int(reply[1])))
+    return LOST  # the protocol peeks at the lock for the holder's TTL
 
 
 def won_attempt(reply: Any, loads: Callable[[bytes], Any]) -> LockAttempt:

@@ -67,15 +67,16 @@ ACQUIRE_READ = Script(
     """
 -- KEYS[1] lock key, KEYS[2] cache key, KEYS[3] its meta key
 -- ARGV[1] token, ARGV[2] ttl in ms
--- returns {1, the cache key's value, its meta (each nil when absent)} when acquired,
---         {0, remaining ttl of the current holder in ms} when not
+-- returns {1, the cache key's value, its meta (each nil when absent)} when acquired, {0} when not
 -- A fill's acquire: the winner learns in the same round trip whether the previous holder
 -- stored a value between the winner's first read and this attempt, so it goes straight to
--- its loader when the key is still absent.
+-- its loader when the key is still absent. A loser is not told the holder's TTL: it
+-- subscribes and then looks at the lock anyway (a release in between would go unheard).
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, redis.call('GET', KEYS[2]), redis.call('GET', KEYS[3])}
+  local found = redis.call('MGET', KEYS[2], KEYS[3])
+  return {1, found[1], found[2]}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {0}
 """,
 )
 

@@ -354,13 +354,36 @@ CASES = {
         ],
         returns="x",
     ),
-    "a lost attempt with no known holder ttl waits what is left of wait_timeout": Case(
+    "a lost attempt that does not tell the holder's ttl peeks for it": Case(
         [
             *MISS_THEN_LOST,
             wait(2.5, advance=1.0),
             reread(MISSING),
             lost(None),
+            peek(1.5),
+            wait(1.5, WakeUp(FILLED, "x")),
+        ],
+        returns="x",
+    ),
+    "a lost attempt whose holder has no ttl waits what is left of wait_timeout": Case(
+        [
+            *MISS_THEN_LOST,
+            wait(2.5, advance=1.0),
+            reread(MISSING),
+            lost(None),
+            peek(math.inf),
             wait(9.0, WakeUp(FILLED, "x")),
+        ],
+        returns="x",
+    ),
+    "a lost attempt whose holder released meanwhile reads what it stored": Case(
+        [
+            *MISS_THEN_LOST,
+            wait(2.5, advance=1.0),
+            reread(MISSING),
+            lost(None),
+            peek(None),
+            reread("x"),
         ],
         returns="x",
     ),
