@@ -39,7 +39,7 @@ FUNCTION_TWINS = [
     (notify.notifier_for, aio_notify.notifier_for),
 ]
 # Methods only one side has, by design: the async store is built from the sync one per loop.
-ONE_SIDED = {"twin_of", "decode_copy"}  # decode_copy: pure, shared by both (near copies)
+ONE_SIDED = {"twin_of"}
 
 
 def _public_methods(cls: type) -> dict[str, inspect.Signature]:
