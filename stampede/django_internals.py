@@ -2,8 +2,9 @@
 
 Everything else reaches a Django cache through what this module returns: a store for the fill
 protocol (``store_for``), its asyncio twin (``async_store_for``), the Redis client that holds a
-cache's locks (a store's ``client``), and the lock client of the Celery guard
-(``celery_lock_client``). Internals change between Django releases; one module to change.
+cache's locks (a store's ``client``), the lock client of the Celery guard
+(``celery_lock_client``), and Django's page-cache decision (``PageCacheUpdate``). Internals
+change between Django releases; one module to change.
 
 Rule: the value stays plain. Over Redis (Django's ``RedisCache``, django-redis) the store is a
 ``RedisStore`` on a long-lived client of the cache's own primary, with the cache's own value
@@ -29,6 +30,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from django.middleware.cache import UpdateCacheMiddleware
 from redis.exceptions import RedisError
 
 from .aio.loops import loop_state
@@ -381,3 +383,20 @@ def celery_lock_client() -> Any:
             f"the Celery task guard needs Redis: CACHES['default'] is not a Redis cache ({exc}); "
             "set STAMPEDE = {'LOCK_URL': 'redis://...'} in settings"
         ) from None
+
+
+# -- Django's page-cache decision ------------------------------------------------------------------
+
+
+class PageCacheUpdate(UpdateCacheMiddleware):
+    """Django's ``UpdateCacheMiddleware``, told that every response it is handed is a cache miss.
+
+    Django's ``FetchFromCacheMiddleware`` tells it so through a private request attribute
+    (``request._cache_update_cache``, set on a GET/HEAD miss), read by the private hook
+    ``_should_update_cache``. The page cache hands it only the responses it rendered on a miss,
+    so the hook answers yes. Were the hook renamed, ``process_response`` would decide to store
+    nothing (no page would be shared, none leaked), and the test of this hook would fail.
+    """
+
+    def _should_update_cache(self, request: Any, response: Any) -> bool:
+        return True

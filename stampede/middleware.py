@@ -45,6 +45,7 @@ class StampedeCacheMiddleware:
             key_prefix=settings.CACHE_MIDDLEWARE_KEY_PREFIX if key_prefix is None else key_prefix,
             cache_alias=settings.CACHE_MIDDLEWARE_ALIAS if cache_alias is None else cache_alias,
             grace=grace,
+            honours_max_age=True,  # as Django's middleware: a max-age wins, 0 stores nothing
         )
         self.is_async = iscoroutinefunction(get_response)
         if self.is_async:

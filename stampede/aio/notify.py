@@ -21,7 +21,6 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..io.channels import (
     PLAIN,
-    SHARDED,
     ChannelBook,
     ConnectTimeouts,
     PubSubCommands,
@@ -31,6 +30,7 @@ from ..io.channels import (
 )
 from ..io.clients import connection_pool_of, is_cluster
 from ..io.cluster import PAUSE
+from ..io.cluster_pubsub import apubsub_of, known_pubsub_of
 from ..io.notify import ACK_TIMEOUT
 from .loops import loop_state
 
@@ -344,6 +344,9 @@ class ShardedNotifiers:
     ) -> Subscription:
         """Async twin of :meth:`stampede.io.cluster.ShardedNotifiers.subscribe`."""
         name = channel_name(channel)
+        cluster = self._cluster()
+        if cluster is not None:
+            await apubsub_of(cluster)  # sharded or plain: asked once, before the first listener
         return ShardedSubscription(self, await self.subscribe_on_owner(name, timeout))
 
     async def subscribe_on_owner(self, name: bytes, timeout: float | None) -> Subscription:
@@ -382,7 +385,7 @@ class ShardedNotifiers:
             template = node if hasattr(node, "connection_kwargs") else cluster.get_default_node()
             kwargs = dict(template.connection_kwargs, host=node.host, port=node.port)
             kwargs.pop("redis_connect_func", None)
-            notifier = Notifier(template.connection_class, kwargs, SHARDED)
+            notifier = Notifier(template.connection_class, kwargs, known_pubsub_of(cluster))
             self._notifiers[node.name] = notifier
         return notifier
 

@@ -46,10 +46,16 @@ class PubSubCommands(NamedTuple):
     confirmed: bytes
     message: bytes
     unsubscribed: bytes
+    #: The command that sends to these subscribers (the scripts' wake-ups).
+    publish: str
 
 
-PLAIN = PubSubCommands("SUBSCRIBE", "UNSUBSCRIBE", b"subscribe", b"message", b"unsubscribe")
-SHARDED = PubSubCommands("SSUBSCRIBE", "SUNSUBSCRIBE", b"ssubscribe", b"smessage", b"sunsubscribe")
+PLAIN = PubSubCommands(
+    "SUBSCRIBE", "UNSUBSCRIBE", b"subscribe", b"message", b"unsubscribe", "PUBLISH"
+)
+SHARDED = PubSubCommands(
+    "SSUBSCRIBE", "SUNSUBSCRIBE", b"ssubscribe", b"smessage", b"sunsubscribe", "SPUBLISH"
+)
 
 
 class Episode:

@@ -80,7 +80,8 @@ def is_cluster(client: Any) -> bool:
     """Return True if ``client`` is a Redis Cluster client (sync or asyncio).
 
     On a cluster, wake-ups go over sharded pub/sub (``SPUBLISH``/``SSUBSCRIBE``), so that a
-    message stays on the shard of its channel's slot.
+    message stays on the shard of its channel's slot; over plain pub/sub on a cluster that
+    lacks it, Redis 6.2 (``cluster_pubsub``).
     """
     return isinstance(client, _cluster_types())
 

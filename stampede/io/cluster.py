@@ -4,10 +4,12 @@ On a cluster the scripts publish with ``SPUBLISH`` (``scripts.publish_command``)
 stays on the shard that owns the channel's slot, which is the slot of its key (``keys.py``
 hash tags). A sharded subscription must be made on that shard, so this module keeps one
 sharded ``Notifier`` (``SSUBSCRIBE``) per node per process (not per channel) and sends each
-channel to the notifier of the node that owns its slot now.
+channel to the notifier of the node that owns its slot now. On a cluster without sharded
+pub/sub (Redis 6.2) the same routing carries plain ``SUBSCRIBE``s, which hear the ``PUBLISH``
+the cluster broadcasts to every node (``cluster_pubsub`` decides which, once per client).
 
-Rule: the machinery is ``notify.Notifier`` and ``channels.ChannelBook``, with the sharded
-commands (``channels.SHARDED``); only the routing lives here.
+Rule: the machinery is ``notify.Notifier`` and ``channels.ChannelBook``, with the cluster's
+commands (``channels.SHARDED``, or ``channels.PLAIN`` on 6.2); only the routing lives here.
 
 Rule: a moved slot costs a re-check, never a hang.
 
@@ -35,8 +37,9 @@ from redis.exceptions import AskError, MovedError, RedisError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .channels import SHARDED, channel_name
+from .channels import channel_name
 from .clients import PerProcess, connection_pool_of
+from .cluster_pubsub import pubsub_of
 from .notify import ACK_TIMEOUT, Notifier, Subscription
 
 logger = logging.getLogger(__name__)
@@ -145,6 +148,7 @@ class ShardedNotifiers:
         notifier = self._notifiers.get(node.name)
         if notifier is not None:
             return notifier
+        commands = pubsub_of(self._cluster_client())
         with self._lock:
             notifier = self._notifiers.get(node.name)
             if notifier is None:
@@ -153,7 +157,7 @@ class ShardedNotifiers:
                 # The cluster client's hook (READONLY on replicas) is not for a listener,
                 # and would keep the client alive as long as this notifier.
                 kwargs.pop("redis_connect_func", None)
-                notifier = Notifier(pool.connection_class, kwargs, SHARDED)
+                notifier = Notifier(pool.connection_class, kwargs, commands)
                 self._notifiers[node.name] = notifier
         return notifier
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-from . import clients
+from . import clients, cluster_pubsub
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,8 @@ class Script:
     text: str
     sha: str = field(init=False)
     #: The script publishes a wake-up with the command named by one more ARGV, after its own:
-    #: ``run`` passes ``PUBLISH``, or ``SPUBLISH`` on a cluster (see ``publish_command``).
+    #: ``run`` passes ``PUBLISH``, or ``SPUBLISH`` on a cluster that has it
+    #: (``publish_command``).
     publishes: bool = False
 
     def __post_init__(self) -> None:
@@ -424,17 +425,32 @@ ALL = (
 
 
 def publish_command(client: Any) -> str:
-    """Return the command that publishes a wake-up through ``client``'s Redis.
+    """Return the command that publishes a wake-up through ``client``'s Redis (a sync client).
 
-    ``SPUBLISH`` on a cluster: a sharded message stays on the shard that owns the channel's
-    slot (the slot of its key, by the hash tag), where the sharded listener subscribed; a
-    plain ``PUBLISH`` there would be broadcast to every node, and never reach that listener.
+    ``PUBLISH``, except on a cluster whose nodes all have sharded pub/sub (Redis >= 7.0):
+    ``SPUBLISH`` there, so the message stays on the shard that owns the channel's slot (the
+    slot of its key, by the hash tag), where the sharded listener subscribed. A 6.2 cluster
+    has no ``SPUBLISH``, and a script must never write and then fail on an unknown command:
+    its wake-ups are plain (``cluster_pubsub``), asked before the first script sends one.
     """
-    return "SPUBLISH" if clients.is_cluster(client) else "PUBLISH"
+    if not clients.is_cluster(client):
+        return "PUBLISH"
+    return cluster_pubsub.pubsub_of(client).publish
+
+
+async def apublish_command(client: Any) -> str:
+    """Async twin of :func:`publish_command`, for ``redis.asyncio`` clients."""
+    if not clients.is_cluster(client):
+        return "PUBLISH"
+    return (await cluster_pubsub.apubsub_of(client)).publish
 
 
 def _with_publish(client: Any, script: Script, args: Sequence[Any]) -> Sequence[Any]:
     return (*args, publish_command(client)) if script.publishes else args
+
+
+async def _awith_publish(client: Any, script: Script, args: Sequence[Any]) -> Sequence[Any]:
+    return (*args, await apublish_command(client)) if script.publishes else args
 
 
 def run(client: Any, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> Any:
@@ -472,7 +488,7 @@ def run_many(
 
 async def arun(client: Any, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> Any:
     """Async twin of :func:`run`, for ``redis.asyncio`` clients."""
-    args = _with_publish(client, script, args)
+    args = await _awith_publish(client, script, args)
     try:
         return await client.evalsha(script.sha, len(keys), *keys, *args)
     except NoScriptError:
@@ -489,7 +505,7 @@ async def arun_many(
     async def send() -> list[Any]:
         pipe = client.pipeline(transaction=False)
         for keys, args in calls:
-            pipe.evalsha(script.sha, len(keys), *keys, *_with_publish(client, script, args))
+            pipe.evalsha(script.sha, len(keys), *keys, *await _awith_publish(client, script, args))
         return list(await pipe.execute())
 
     try:

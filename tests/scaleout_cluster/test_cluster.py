@@ -1,6 +1,9 @@
 """The core over Redis Cluster: one slot per key's names, sharded wake-ups, exact load counts,
 and no hung caller across a failover or a slot migration.
 
+Each test runs on a Redis >= 7.0 (or Valkey) cluster, whose wake-ups are sharded, and on a
+Redis 6.2 cluster, whose wake-ups are plain pub/sub (``pubsub`` says which: conftest.py).
+
 Counts, not hopes: loader calls are counted in Redis (``INCR``) across real processes.
 Wall time appears only in generous hang-catching bounds.
 """
@@ -8,6 +11,7 @@ Wall time appears only in generous hang-catching bounds.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 
@@ -60,6 +64,20 @@ def plain_subscribers(cluster: RedisCluster, channel: bytes) -> int:
     return total
 
 
+def subscribers(cluster: RedisCluster, channel: bytes, pubsub: str) -> int:
+    """Subscribers of ``channel`` of the kind the cluster's wake-ups use (``pubsub``)."""
+    if pubsub == "sharded":
+        return shard_subscribers(cluster, channel)
+    return plain_subscribers(cluster, channel)
+
+
+def publish(cluster: RedisCluster, channel: bytes, message: bytes, pubsub: str) -> None:
+    if pubsub == "sharded":
+        cluster.spublish(channel, message)
+    else:
+        cluster.publish(channel, message)
+
+
 def _pairs(node, command: str, channel: bytes):
     reply = node.redis_connection.execute_command(command, channel)
     if isinstance(reply, dict):
@@ -99,9 +117,42 @@ def test_names_whose_lock_cannot_share_their_slot_are_refused_with_the_fix(clust
     assert keys.colocated("a{b") and _slot(keys.lock_key("a{b")) == _slot("a{b")
 
 
-def test_scripts_publish_with_spublish_on_a_cluster_and_publish_elsewhere(cluster, redis):
-    assert scripts.publish_command(cluster) == "SPUBLISH"
+def test_scripts_publish_with_spublish_where_the_cluster_has_it_and_publish_elsewhere(
+    cluster, redis, pubsub
+):
+    assert scripts.publish_command(cluster) == ("SPUBLISH" if pubsub == "sharded" else "PUBLISH")
     assert scripts.publish_command(redis) == "PUBLISH"
+
+
+def test_a_cluster_without_sharded_pubsub_is_told_in_the_log_and_commits_whole(
+    cluster, pubsub, caplog
+):
+    """Redis 6.2 has no SPUBLISH: the commit publishes plainly, so no script writes and then
+    fails; the value is written, the lock released, and a plain subscriber on a node that does
+    not own the slot hears the wake-up (the cluster broadcasts it)."""
+    if pubsub == "sharded":
+        pytest.skip("this cluster has sharded pub/sub")
+    key = "plain-commit"
+    channel = keys.done_channel(key).encode()
+    elsewhere = next(
+        node for node in cluster.get_primaries() if node != cluster.get_node_from_key(channel)
+    )
+    listener = elsewhere.redis_connection.pubsub()
+    try:
+        listener.subscribe(channel)
+        assert listener.get_message(timeout=10)["type"] == "subscribe"
+        with caplog.at_level(logging.INFO, logger="stampede.io.cluster_pubsub"):
+            value = Filler(RedisStore(cluster)).get_or_load(key, lambda: "loaded", timeout=60)
+
+        assert value == "loaded"
+        assert not cluster.exists(keys.lock_key(key))
+        message = listener.get_message(timeout=10)
+        assert message is not None and message["type"] == "message"
+        assert message["channel"] == channel
+        [record] = [r for r in caplog.records if r.name == "stampede.io.cluster_pubsub"]
+        assert "Redis 6.2" in record.getMessage() and "plain PUBLISH" in record.getMessage()
+    finally:
+        listener.close()
 
 
 # -- (b) a cold stampede over keys on all three primaries ---------------------------------------
@@ -151,7 +202,7 @@ def _holder_and_waiter(cluster_url: str, key: str):
     return holder, waiter
 
 
-def test_a_waiter_is_woken_by_spublish_on_the_shard_of_its_key(cluster, cluster_url):
+def test_a_waiter_is_woken_by_the_holders_commit_through_the_cluster(cluster, cluster_url, pubsub):
     key = "sharded-wakeup"
     holder, waiter = _holder_and_waiter(cluster_url, key)
     release = threading.Event()
@@ -177,8 +228,9 @@ def test_a_waiter_is_woken_by_spublish_on_the_shard_of_its_key(cluster, cluster_
     waiting = threading.Thread(target=wait, daemon=True)
     waiting.start()
     channel = keys.done_channel(key).encode()
-    wait_until(lambda: shard_subscribers(cluster, channel) > 0, "the waiter to SSUBSCRIBE")
-    assert plain_subscribers(cluster, channel) == 0
+    wait_until(lambda: subscribers(cluster, channel, pubsub) > 0, "the waiter to subscribe")
+    if pubsub == "sharded":
+        assert plain_subscribers(cluster, channel) == 0
     released_at = time.monotonic()
     release.set()
     holding.join(60)
@@ -189,23 +241,24 @@ def test_a_waiter_is_woken_by_spublish_on_the_shard_of_its_key(cluster, cluster_
     assert time.monotonic() - released_at < 10  # woken, not timed out (lock TTL 30 s)
 
 
-def test_the_sharded_subscription_is_made_on_the_node_that_owns_the_slot(cluster, cluster_url):
+def test_the_subscription_is_made_on_the_node_that_owns_the_slot(cluster, cluster_url, pubsub):
     from stampede.io.notify import notifier_for
 
     channel = keys.done_channel("owned")
     subscription = notifier_for(cluster).subscribe(channel, timeout=10)
     try:
         owner = cluster.get_node_from_key(channel)
-        [(_, count)] = [tuple(pair) for pair in _pairs(owner, "PUBSUB SHARDNUMSUB", channel)]
+        numsub = "PUBSUB SHARDNUMSUB" if pubsub == "sharded" else "PUBSUB NUMSUB"
+        [(_, count)] = [tuple(pair) for pair in _pairs(owner, numsub, channel)]
         assert int(count) == 1
-        cluster.spublish(channel, b"hello")
+        publish(cluster, channel, b"hello", pubsub)
         assert subscription.wait(10)
         assert subscription.message == b"hello"
     finally:
         subscription.close()
 
 
-def test_the_asyncio_twin_is_woken_by_spublish(cluster, cluster_url):
+def test_the_asyncio_twin_is_woken_through_the_cluster(cluster, cluster_url, pubsub):
     async def main() -> tuple[object, ...]:
         client = AsyncRedisCluster.from_url(cluster_url)
         options = FillOptions(lock_ttl=30, wait_timeout=25)
@@ -224,7 +277,7 @@ def test_the_asyncio_twin_is_woken_by_spublish(cluster, cluster_url):
             await asyncio.sleep(0.01)
         waiting = asyncio.create_task(waiter.get_or_load("aio-wakeup", load, timeout=60))
         channel = keys.done_channel("aio-wakeup").encode()
-        while shard_subscribers(cluster, channel) == 0:
+        while subscribers(cluster, channel, pubsub) == 0:
             await asyncio.sleep(0.01)
         released_at = time.monotonic()
         release.set()
@@ -258,7 +311,7 @@ def test_a_mutex_on_a_cluster_excludes_across_processes(cluster, cluster_url):
     assert tokens == sorted(tokens) and len(set(tokens)) == 80
 
 
-def test_a_released_mutex_wakes_a_blocked_acquirer_on_the_cluster(cluster):
+def test_a_released_mutex_wakes_a_blocked_acquirer_on_the_cluster(cluster, pubsub):
     holder = Mutex(cluster, "handoff", ttl=30)
     assert holder.acquire()
     acquired: list[float] = []
@@ -271,13 +324,13 @@ def test_a_released_mutex_wakes_a_blocked_acquirer_on_the_cluster(cluster):
     thread = threading.Thread(target=blocked, daemon=True)
     thread.start()
     channel = keys.done_channel("handoff").encode()
-    wait_until(lambda: shard_subscribers(cluster, channel) > 0, "the acquirer to SSUBSCRIBE")
+    wait_until(lambda: subscribers(cluster, channel, pubsub) > 0, "the acquirer to subscribe")
     released_at = time.monotonic()
     assert holder.release()
     thread.join(30)
 
     assert len(acquired) == 1
-    assert time.monotonic() - released_at < 10  # woken by SPUBLISH, not by the 30 s TTL
+    assert time.monotonic() - released_at < 10  # woken by the release, not by the 30 s TTL
 
 
 # -- (e) a failover during a stampede -----------------------------------------------------------
@@ -295,7 +348,9 @@ def _replica_of(cluster: RedisCluster, cluster_servers, key: str):
 
 
 @pytest.mark.slow
-def test_a_failover_during_a_stampede_hangs_no_caller(cluster, cluster_url, cluster_servers):
+def test_a_failover_during_a_stampede_hangs_no_caller(
+    cluster, cluster_url, cluster_servers, pubsub
+):
     key = "failover-key"
     replica = _replica_of(cluster, cluster_servers, key)
     wait_timeout = 8.0
@@ -310,7 +365,7 @@ def test_a_failover_during_a_stampede_hangs_no_caller(cluster, cluster_url, clus
     thread.start()
     wait_until(lambda: cluster.exists(keys.lock_key(key)), "a caller to take the lock")
     channel = keys.done_channel(key).encode()
-    wait_until(lambda: shard_subscribers(cluster, channel) > 0, "waiters to SSUBSCRIBE")
+    wait_until(lambda: subscribers(cluster, channel, pubsub) > 0, "waiters to subscribe")
     replica.execute_command("CLUSTER FAILOVER")  # the replica takes over, gracefully
     wait_until(lambda: replica.info("replication")["role"] == "master", "the failover")
     thread.join(120)

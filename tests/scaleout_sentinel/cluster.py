@@ -80,7 +80,9 @@ class Sentinel:
                 info = client.info("server")
         except redis_py.RedisError:
             return False
-        return info.get("process_id") == self.process.pid and info.get("redis_mode") == "sentinel"
+        # Redis says ``redis_mode``; Valkey (8 and later) ``server_mode``.
+        mode = info.get("redis_mode", info.get("server_mode"))
+        return info.get("process_id") == self.process.pid and mode == "sentinel"
 
     def client(self) -> redis_py.Redis:
         return redis_py.Redis(host="127.0.0.1", port=self.port, socket_timeout=2)

