@@ -304,3 +304,42 @@ def read_after_barrier(
         results.put((result, time.monotonic() - started))
 
     in_threads([call] * threads)
+
+
+# -- a rolling deploy: processes with and without the wrapper, on one Redis -----------------------
+
+#: What a rolling deploy's reader got instead of a miss or the value.
+_ABSENT = object()
+
+
+def deployed_value(key: str) -> Any:
+    """The one value of ``key`` in a rolling deploy (ints for some: stored as raw digits)."""
+    number = int(key.rsplit("-", 1)[1])
+    return number * 7 if number % 3 == 0 else {"key": key, "rows": list(range(number))}
+
+
+def rolling_deploy(
+    caches_setting: dict[str, Any], keys: list[str], rounds: int, assigned: Any
+) -> tuple[str, int, list[tuple[str, str, str]]]:
+    """Fill, read, delete and count ``keys`` through the plain backend (even callers) or the
+    wrapper (odd ones); return (alias, increments made, every answer that was not the value)."""
+    setup_django(caches_setting)
+    with assigned.get_lock():
+        index = assigned.value
+        assigned.value += 1
+    alias = "backing" if index % 2 == 0 else "default"
+    cache = caches[alias]
+    wrong: list[tuple[str, str, str]] = []
+    for round_ in range(rounds):
+        for n, key in enumerate(keys):
+            value = deployed_value(key)
+            got = cache.get_or_set(key, lambda value=value: value, 30)
+            if got != value:
+                wrong.append(("get_or_set", key, repr(got)))
+            got = cache.get(key, _ABSENT)
+            if got is not _ABSENT and got != value:
+                wrong.append(("get", key, repr(got)))
+            if (round_ + n + index) % 4 == 0:
+                cache.delete(key)  # the next fill is anyone's: plain or wrapped
+        cache.incr("counter")
+    return alias, rounds, wrong
