@@ -43,7 +43,8 @@ def _layers(url: str) -> list[Layer]:
     django.setup()
     from django.core.cache import caches
 
-    from stampede.io.clients import fast_get
+    from stampede.core.keys import meta_key
+    from stampede.io.clients import fast_mget
 
     value = {"id": 42, "name": "report", "rows": list(range(20))}
     stampede = caches["stampede"]
@@ -51,11 +52,11 @@ def _layers(url: str) -> list[Layer]:
     caches["raw"].set("raw", value, 3600)
     store, filler = stampede.store, stampede.filler
     key = stampede._key("hit", None)
-    get = fast_get(store.client)
+    mget = fast_mget(store.client)
     layers: list[Layer] = [
         ("raw RedisCache.get", lambda: caches["raw"].get("raw")),
-        ("GET on a pooled connection (fast_get)", lambda: get(key.full)),
-        ("+ unpickle: RedisStore.read", lambda: store.read(key)),
+        ("MGET value, meta on a pooled connection", lambda: mget(key.full, meta_key(key.full))),
+        ("+ unpickle, meta: RedisStore.read", lambda: store.read(key)),
         ("+ coalescing, judging: Filler.get_or_load", lambda: filler.get_or_load(key, dict, 3600)),
         ("+ key, timeout: StampedeCache.get_or_load", lambda: stampede.get_or_load("hit", dict)),
         ("caches['stampede'].get_or_set", lambda: caches["stampede"].get_or_set("hit", dict, 3600)),

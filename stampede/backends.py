@@ -32,6 +32,7 @@ from django.utils.functional import cached_property
 from django.utils.module_loading import import_string
 from redis.exceptions import RedisError
 
+from . import passthrough
 from . import signals as _signals  # noqa: F401  (herd events become Django signals)
 from .aio import near as async_near
 from .aio.filler import Filler as AsyncFiller
@@ -39,8 +40,7 @@ from .aio.store import RedisStore as AsyncRedisStore
 from .bloom import AnsweredGuard, BloomFilter, BloomGuard
 from .core import lockspec
 from .core import options as conf
-from .core.envelope import MISSING, Envelope, Failure
-from .core.flight import value_of
+from .core.envelope import MISSING
 from .core.keys import CacheKey
 from .core.near import NearCache, NearOptions
 from .django_internals import BackendStore, async_store_for, is_redis_backend, store_for
@@ -135,17 +135,6 @@ def _or_default(refused: NotFound, guard: Any, default: Any) -> Any:
     if default is NOT_FOUND or not ours:
         raise refused
     return default
-
-
-def _unwrap(record: Any, default: Any) -> Any:
-    if record is MISSING or isinstance(record, Failure):
-        return default
-    return value_of(record)
-
-
-def _unwrap_many(found: dict[Any, Any]) -> dict[Any, Any]:
-    values = ((k, _unwrap(v, MISSING)) for k, v in found.items())
-    return {k: v for k, v in values if v is not MISSING}
 
 
 class StampedeCache(BaseCache):
@@ -551,46 +540,46 @@ class StampedeCache(BaseCache):
 
     def get(self, *args: Any, **kwargs: Any) -> Any:
         near = self.near
-        if near is not None and _only(kwargs, "default", "version"):
-            key, default, version = _get_args(args, kwargs)
+        if near is not None and passthrough.only(kwargs, "default", "version"):
+            key, default, version = passthrough.get_args(args, kwargs)
             try:
-                return _unwrap(near.read(self._key(key, version)), default)
+                return passthrough.unwrap(near.read(self._key(key, version)), default)
             except RedisError:
                 pass  # the wrapped cache's own way with a Redis error (raise, or ignore)
-        return _older(self._wrapped.get(*args, **kwargs), args, kwargs)
+        return passthrough.older(self._wrapped.get(*args, **kwargs), args, kwargs)
 
     async def aget(self, *args: Any, **kwargs: Any) -> Any:
         near, store = self._async_near()
-        if near is not None and _only(kwargs, "default", "version"):
-            key, default, version = _get_args(args, kwargs)
+        if near is not None and passthrough.only(kwargs, "default", "version"):
+            key, default, version = passthrough.get_args(args, kwargs)
             try:
                 record = await async_near.read(near, store, self._key(key, version))
-                return _unwrap(record, default)
+                return passthrough.unwrap(record, default)
             except RedisError:
                 pass
-        return _older(await self._wrapped.aget(*args, **kwargs), args, kwargs)
+        return passthrough.older(await self._wrapped.aget(*args, **kwargs), args, kwargs)
 
     def get_many(self, keys: Any, *args: Any, **kwargs: Any) -> dict[Any, Any]:
         near = self.near
-        if near is not None and _only(kwargs, "version"):
+        if near is not None and passthrough.only(kwargs, "version"):
             keys = list(keys)  # read twice if Redis fails: once here, once by the wrapped cache
-            named = self._keys_by_full(keys, _arg(args, kwargs, 0, "version"))
+            named = self._keys_by_full(keys, passthrough.arg(args, kwargs, 0, "version"))
             try:
                 return self._by_key(named, near.read_many(list(named)))
             except RedisError:
                 pass
-        return _older_many(self._wrapped.get_many(keys, *args, **kwargs))
+        return passthrough.older_many(self._wrapped.get_many(keys, *args, **kwargs))
 
     async def aget_many(self, keys: Any, *args: Any, **kwargs: Any) -> dict[Any, Any]:
         near, store = self._async_near()
-        if near is not None and _only(kwargs, "version"):
+        if near is not None and passthrough.only(kwargs, "version"):
             keys = list(keys)
-            named = self._keys_by_full(keys, _arg(args, kwargs, 0, "version"))
+            named = self._keys_by_full(keys, passthrough.arg(args, kwargs, 0, "version"))
             try:
                 return self._by_key(named, await async_near.read_many(near, store, list(named)))
             except RedisError:
                 pass
-        return _older_many(await self._wrapped.aget_many(keys, *args, **kwargs))
+        return passthrough.older_many(await self._wrapped.aget_many(keys, *args, **kwargs))
 
     def _async_near(self) -> tuple[NearReads | None, Any]:
         """Return (the near cache, the running loop's store to read Redis through), if any."""
@@ -608,7 +597,7 @@ class StampedeCache(BaseCache):
     @staticmethod
     def _by_key(named: dict[Any, Any], records: dict[Any, Any]) -> dict[Any, Any]:
         found = ((key, records.get(full, MISSING)) for full, key in named.items())
-        values = ((key, _unwrap(record, MISSING)) for key, record in found)
+        values = ((key, passthrough.unwrap(record, MISSING)) for key, record in found)
         return {key: value for key, value in values if value is not MISSING}
 
     def _forget(self, keys: Any, version: Any) -> None:
@@ -628,40 +617,40 @@ class StampedeCache(BaseCache):
 
     def add(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         added = self._wrapped.add(key, *args, **kwargs)
-        self._forget([key], _arg(args, kwargs, 2, "version"))
+        self._forget([key], passthrough.arg(args, kwargs, 2, "version"))
         return added
 
     async def aadd(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         added = await self._wrapped.aadd(key, *args, **kwargs)
-        self._forget([key], _arg(args, kwargs, 2, "version"))
+        self._forget([key], passthrough.arg(args, kwargs, 2, "version"))
         return added
 
     def set(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         stored = self._wrapped.set(key, *args, **kwargs)
-        self._forget([key], _arg(args, kwargs, 2, "version"))
+        self._forget([key], passthrough.arg(args, kwargs, 2, "version"))
         return stored
 
     async def aset(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         stored = await self._wrapped.aset(key, *args, **kwargs)
-        self._forget([key], _arg(args, kwargs, 2, "version"))
+        self._forget([key], passthrough.arg(args, kwargs, 2, "version"))
         return stored
 
     def set_many(self, data: Any, *args: Any, **kwargs: Any) -> Any:
         data = dict(data)
         failed = self._wrapped.set_many(data, *args, **kwargs)
-        self._forget(data, _arg(args, kwargs, 1, "version"))
+        self._forget(data, passthrough.arg(args, kwargs, 1, "version"))
         return failed
 
     async def aset_many(self, data: Any, *args: Any, **kwargs: Any) -> Any:
         data = dict(data)
         failed = await self._wrapped.aset_many(data, *args, **kwargs)
-        self._forget(data, _arg(args, kwargs, 1, "version"))
+        self._forget(data, passthrough.arg(args, kwargs, 1, "version"))
         return failed
 
     def touch(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         """As the wrapped cache's; the value then lives by its new TTL alone (its fill's meta
         is dropped: a soft expiry set for the old life would refresh it early)."""
-        version = _arg(args, kwargs, 1, "version")
+        version = passthrough.arg(args, kwargs, 1, "version")
         try:
             return self._wrapped.touch(key, *args, **kwargs)
         finally:
@@ -669,7 +658,7 @@ class StampedeCache(BaseCache):
 
     async def atouch(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         """Async twin of :meth:`touch`."""
-        version = _arg(args, kwargs, 1, "version")
+        version = passthrough.arg(args, kwargs, 1, "version")
         try:
             return await self._wrapped.atouch(key, *args, **kwargs)
         finally:
@@ -683,32 +672,32 @@ class StampedeCache(BaseCache):
     def delete(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         """Delete ``key``; a fill of it in progress is voided and its waiters sent to reload."""
         deleted = self._wrapped.delete(key, *args, **kwargs)
-        self._invalidate_fills([key], _arg(args, kwargs, 0, "version"))
+        self._invalidate_fills([key], passthrough.arg(args, kwargs, 0, "version"))
         return deleted
 
     async def adelete(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         """Async twin of :meth:`delete`."""
         deleted = await self._wrapped.adelete(key, *args, **kwargs)
-        await self._ainvalidate_fills([key], _arg(args, kwargs, 0, "version"))
+        await self._ainvalidate_fills([key], passthrough.arg(args, kwargs, 0, "version"))
         return deleted
 
     def delete_many(self, keys: Any, *args: Any, **kwargs: Any) -> Any:
         keys = list(keys)
         deleted = self._wrapped.delete_many(keys, *args, **kwargs)
-        self._invalidate_fills(keys, _arg(args, kwargs, 0, "version"))
+        self._invalidate_fills(keys, passthrough.arg(args, kwargs, 0, "version"))
         return deleted
 
     async def adelete_many(self, keys: Any, *args: Any, **kwargs: Any) -> Any:
         keys = list(keys)
         deleted = await self._wrapped.adelete_many(keys, *args, **kwargs)
-        await self._ainvalidate_fills(keys, _arg(args, kwargs, 0, "version"))
+        await self._ainvalidate_fills(keys, passthrough.arg(args, kwargs, 0, "version"))
         return deleted
 
     def incr_version(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         """As the wrapped cache's: the value moves to the new version (without its fill's
         meta: it reads as a plain value there), and a fill of the old one in progress is
         voided, as :meth:`delete` voids it."""
-        version = _arg(args, kwargs, 1, "version")
+        version = passthrough.arg(args, kwargs, 1, "version")
         moved = self._wrapped.incr_version(key, *args, **kwargs)
         self._invalidate_fills([key], version)
         self._forget([key], moved)  # the returned version is the one written
@@ -716,7 +705,7 @@ class StampedeCache(BaseCache):
 
     async def aincr_version(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         """Async twin of :meth:`incr_version`."""
-        version = _arg(args, kwargs, 1, "version")
+        version = passthrough.arg(args, kwargs, 1, "version")
         moved = await self._wrapped.aincr_version(key, *args, **kwargs)
         await self._ainvalidate_fills([key], version)
         self._forget([key], moved)
@@ -724,7 +713,7 @@ class StampedeCache(BaseCache):
 
     def decr_version(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         """See :meth:`incr_version`."""
-        version = _arg(args, kwargs, 1, "version")
+        version = passthrough.arg(args, kwargs, 1, "version")
         moved = self._wrapped.decr_version(key, *args, **kwargs)
         self._invalidate_fills([key], version)
         self._forget([key], moved)  # the returned version is the one written
@@ -732,7 +721,7 @@ class StampedeCache(BaseCache):
 
     async def adecr_version(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         """Async twin of :meth:`decr_version`."""
-        version = _arg(args, kwargs, 1, "version")
+        version = passthrough.arg(args, kwargs, 1, "version")
         moved = await self._wrapped.adecr_version(key, *args, **kwargs)
         await self._ainvalidate_fills([key], version)
         self._forget([key], moved)
@@ -763,25 +752,25 @@ class StampedeCache(BaseCache):
         try:
             return self._wrapped.incr(key, *args, **kwargs)
         finally:
-            self._forget([key], _arg(args, kwargs, 1, "version"))
+            self._forget([key], passthrough.arg(args, kwargs, 1, "version"))
 
     async def aincr(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return await self._wrapped.aincr(key, *args, **kwargs)
         finally:
-            self._forget([key], _arg(args, kwargs, 1, "version"))
+            self._forget([key], passthrough.arg(args, kwargs, 1, "version"))
 
     def decr(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return self._wrapped.decr(key, *args, **kwargs)
         finally:
-            self._forget([key], _arg(args, kwargs, 1, "version"))
+            self._forget([key], passthrough.arg(args, kwargs, 1, "version"))
 
     async def adecr(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return await self._wrapped.adecr(key, *args, **kwargs)
         finally:
-            self._forget([key], _arg(args, kwargs, 1, "version"))
+            self._forget([key], passthrough.arg(args, kwargs, 1, "version"))
 
     def clear(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -815,8 +804,8 @@ class StampedeCache(BaseCache):
             if name == "lock":
                 return self._deprecated_lock
             raise
-        if name in _RELIFING and callable(member):
-            return self._reliving(member, _RELIFING[name])
+        if name in passthrough.RELIFING and callable(member):
+            return self._reliving(member, passthrough.RELIFING[name])
         return member
 
     def _reliving(self, method: Callable[..., Any], version_at: int) -> Callable[..., Any]:
@@ -827,47 +816,6 @@ class StampedeCache(BaseCache):
             try:
                 return method(key, *args, **kwargs)
             finally:
-                self._relived([key], _arg(args, kwargs, version_at, "version"))
+                self._relived([key], passthrough.arg(args, kwargs, version_at, "version"))
 
         return relive
-
-
-#: The wrapped cache's own methods that change a value's life (django-redis's), and the
-#: position of their ``version`` after the key: the fill's meta of the value is dropped.
-_RELIFING = {"expire": 1, "pexpire": 1, "expire_at": 1, "pexpire_at": 1, "persist": 0}
-
-
-def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
-    """Return the argument ``name`` of a ``BaseCache`` call, at ``index`` after its first."""
-    if name in kwargs:
-        return kwargs[name]
-    return args[index] if len(args) > index else None
-
-
-def _only(kwargs: dict[str, Any], *names: str) -> bool:
-    """Return True if a call passes no keyword but ``names`` (the wrapped cache's extras, such
-    as django-redis's ``client=``, go to the wrapped cache itself)."""
-    return all(name in names for name in kwargs)
-
-
-def _get_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """Return (key, default, version) of a ``get`` call."""
-    key = args[0] if args else kwargs["key"]
-    rest = args[1:]
-    return key, _arg(rest, kwargs, 0, "default"), _arg(rest, kwargs, 1, "version")
-
-
-def _older(found: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """Return what a ``get`` found, unwrapped if it is an entry in the previous format."""
-    if type(found) is Envelope:
-        return found.value
-    if isinstance(found, Failure):
-        return _get_args(args, kwargs)[1]
-    return found
-
-
-def _older_many(found: dict[Any, Any]) -> dict[Any, Any]:
-    """Return what a ``get_many`` found, entries in the previous format unwrapped."""
-    if not any(type(v) is Envelope or isinstance(v, Failure) for v in found.values()):
-        return found
-    return _unwrap_many(found)

@@ -108,8 +108,8 @@ def _pickle_first(serializer: Any) -> Callable[[bytes], Any]:
     """Return ``serializer.loads`` that skips Django's ``int()`` attempt for pickles.
 
     Django's ``RedisSerializer`` stores ints as digits and everything else as a pickle, and
-    its ``loads`` tries ``int(data)`` first: on a record (always a pickle) that attempt raises
-    and is caught on every hit. A pickle of protocol 2 or later starts with ``0x80``; digits
+    its ``loads`` tries ``int(data)`` first: on any value but an int that attempt raises and
+    is caught on every hit. A pickle of protocol 2 or later starts with ``0x80``; digits
     never do.
     """
     loads = serializer.loads

@@ -75,7 +75,8 @@ class Store(Protocol):
     """Where one cache's records live, and the locks that guard their fills."""
 
     def read(self, key: CacheKey) -> Any:
-        """Return the stored record of ``key`` (an envelope, a plain value...) or ``MISSING``."""
+        """Return the stored record of ``key`` (an envelope: a value with its fill's meta; a
+        plain value; a failure) or ``MISSING``."""
         ...
 
     def lock(self, key: CacheKey, ttl: float) -> FillLock:
