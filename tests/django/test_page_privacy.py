@@ -62,6 +62,14 @@ class Case:
     shared: bool | None = None
 
 
+#: The installed Django has every rule of the issue's table (Vary: Authorization, directives in
+#: any case, no-cache, Vary: *, no cookie page varying on Cookie): 5.2.19, 6.0.10, 6.1.3 on.
+#: Older releases share more, and so does the page cache on them: the table compares anyway.
+DJANGO_HAS_CURRENT_RULES = (
+    (5, 2, 19) <= django.VERSION[:3] < (6, 0)
+    or (6, 0, 10) <= django.VERSION[:3] < (6, 1)
+    or django.VERSION[:3] >= (6, 1, 3)
+)
 TOKEN_A = {"Authorization": "Bearer visitor-a"}
 TOKEN_B = {"Authorization": "Bearer visitor-b"}
 SESSION = {"sessionid": "one-session"}
@@ -251,9 +259,13 @@ def visit(mode: str, method: str, url: str, visitor: Visitor):
     client = AsyncClient() if mode == "async" else Client()
     client.cookies.load(visitor.cookies)
     send = getattr(client, method)
-    if mode == "async":
-        send = async_to_sync(send)
-    return send(url, headers=visitor.headers)
+    if mode == "sync":
+        return send(url, headers=visitor.headers)
+
+    async def send_async():  # Django 4.2's AsyncClient methods are not coroutine functions
+        return await send(url, headers=visitor.headers)
+
+    return async_to_sync(send_async)()
 
 
 def forget_pages(redis) -> None:
@@ -345,7 +357,7 @@ def test_visitor_b_gets_the_shared_page_exactly_where_django_shares_it(
     theirs, ours = compare(site, redis, flavour, mode, kind, grace, path_, method, name)
 
     expected = CASES[name].shared
-    if expected is not None and django.VERSION >= (5, 2):
+    if expected is not None and DJANGO_HAS_CURRENT_RULES:
         assert theirs.b_shared is expected, "Django's own cache decided otherwise"
     assert ours.b_shared is theirs.b_shared
     assert ours.headers == theirs.headers
