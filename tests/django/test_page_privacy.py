@@ -321,17 +321,23 @@ def use_ours(settings, flavour: str, grace: bool) -> None:
     settings.CACHE_MIDDLEWARE_ALIAS = "default"
 
 
+#: What Django's own cache did, per (flavour, kind, path, method, case): it does not depend on
+#: the view being sync or async, nor on our grace, so each is run once per session.
+_theirs: dict[tuple[str, ...], Seen] = {}
+
+
 def compare(site, redis, flavour, mode, kind, grace, path_, method, name) -> tuple[Seen, Seen]:
     """Return (what Django's own cache did, what ours did) for one case."""
     case = ALL_CASES[name]
-    use_django(site, flavour)
-    theirs = run_case(
-        redis, "sync", method, django_url(flavour, kind, name), case, path_ == "known"
-    )
+    asked = (flavour, kind, path_, method, name)
+    if asked not in _theirs:
+        use_django(site, flavour)
+        url = django_url(flavour, kind, name)
+        _theirs[asked] = run_case(redis, "sync", method, url, case, path_ == "known")
     use_ours(site, flavour, grace)
     url = our_url(flavour, mode, kind, name, grace)
     ours = run_case(redis, mode, method, url, case, path_ == "known")
-    return theirs, ours
+    return _theirs[asked], ours
 
 
 DIMENSIONS = pytest.mark.parametrize(
