@@ -8,8 +8,13 @@ Authorization``) land on the response as they would under ``cache_page``; the pa
 captures says the key and the timeout. So the next Django security release applies here
 unchanged.
 
-Rule: one rule is ours, stricter than Django's: a page that sets a cookie but does not vary on
-``Cookie`` is never shared.
+Rule: what Django refuses is never shared. Ours is a floor beneath it, stricter than Django
+only: a page that sets a cookie but does not vary on ``Cookie`` is never shared, and neither is
+a page refused by the rules Django added in its 2026 security releases (``private``,
+``no-cache``, ``no-store`` in any case; ``Vary: *``; a response to a request bearing
+``Authorization`` that neither is ``public`` nor varies on it). On a Django that has those
+rules (5.2.19, 6.0.10, 6.1.3 on) the floor never decides: Django refused first. On an older one
+(all of 4.2) it keeps what the older Django would share.
 Rule: nothing here touches a cache; the caller stores the page through the fill, then the
 header list.
 """
@@ -92,9 +97,10 @@ def decide(
 
     The decision is the installed Django's own ``UpdateCacheMiddleware.process_response``
     (status, streaming, ``Cache-Control``, ``Vary: *``, cookies, ``max-age``, ``Vary:
-    Authorization``, ...), so its next security release applies here unchanged. One rule is
-    ours, stricter than Django's: a page that sets a cookie but does not vary on ``Cookie`` is
-    never shared (Django would store it and hand one visitor's cookie to the next).
+    Authorization``, ...), so its next security release applies here unchanged. Beneath it
+    lies a floor of ours (``_above_floor``), stricter only: a page that sets a cookie but does
+    not vary on ``Cookie`` is never shared (Django would store it and hand one visitor's cookie
+    to the next), nor, on a Django older than its 2026 cache rules, a page those rules refuse.
     """
     capture = _Capture()
     response = _DjangoDecision(policy, capture).process_response(request, response)
@@ -103,11 +109,36 @@ def decide(
         response = response.render()  # Django stores it from its post-render callback
     if capture.page is None:
         return response, None
-    if response.cookies and not has_vary_header(response, "Cookie"):
+    if not _above_floor(request, response):
         return response, None
     key, timeout = capture.page
     timeout = _fill_timeout(timeout, policy)
     return response, Shared(key, timeout, tuple(capture.header_lists), own_copy(response))
+
+
+def _above_floor(request: HttpRequest, response: HttpResponseBase) -> bool:
+    """Return False for a page that is never shared, whatever the installed Django decided.
+
+    Written here because older Django releases lack these rules and their users are no less
+    owed them; on current releases Django has refused such a page before this is asked.
+    """
+    if response.cookies and not has_vary_header(response, "Cookie"):
+        return False
+    cache_control = response.get("Cache-Control", "").lower()
+    if any(directive in cache_control for directive in _NEVER_SHARED_DIRECTIVES):
+        return False
+    if has_vary_header(response, "*"):
+        return False
+    bears_authorization = bool(request.headers.get("Authorization"))
+    return not (
+        bears_authorization
+        and "public" not in cache_control
+        and not has_vary_header(response, "Authorization")
+    )
+
+
+#: ``Cache-Control`` directives whose page is never shared (as current Django reads them).
+_NEVER_SHARED_DIRECTIVES = ("private", "no-cache", "no-store")
 
 
 def _fill_timeout(django_timeout: Any, policy: PagePolicy) -> float:

@@ -16,6 +16,7 @@ Then the herd: pages Django shares are rendered once per expiry by a concurrent 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from dataclasses import dataclass, field
 
@@ -340,17 +341,23 @@ def compare(site, redis, flavour, mode, kind, grace, path_, method, name) -> tup
     return _theirs[asked], ours
 
 
+def _dimensions() -> list[tuple]:
+    """Return every (flavour, mode, path) once, each paired with one (kind, grace, method).
+
+    The full product of the six dimensions times every case is 1,400 tests; this design runs
+    each case for the decorator and the middleware, sync and async, on the learning and the
+    known-key path, and spreads template responses, grace and HEAD over those eight so each
+    appears four times per case (a permutation pairs them: every triple is used once).
+    """
+    first = list(itertools.product(("decorator", "middleware"), ("sync", "async"), PATHS))
+    second = list(itertools.product(("http", "template"), (False, True), ("get", "head")))
+    return [(*first[i], *second[(3 * i) % len(second)]) for i in range(len(first))]
+
+
+PATHS = ("learning", "known")
 DIMENSIONS = pytest.mark.parametrize(
-    ("flavour", "mode", "kind", "grace", "path_", "method"),
-    [
-        (flavour, mode, kind, grace, path_, method)
-        for flavour in ("decorator", "middleware")
-        for mode in ("sync", "async")
-        for kind in ("http", "template")
-        for grace in (False, True)
-        for path_ in ("learning", "known")
-        for method in ("get", "head")
-    ],
+    ("flavour", "mode", "path_", "kind", "grace", "method"),
+    _dimensions(),
     ids=lambda value: {False: "no-grace", True: "grace"}.get(value, value),
 )
 
@@ -363,10 +370,15 @@ def test_visitor_b_gets_the_shared_page_exactly_where_django_shares_it(
     theirs, ours = compare(site, redis, flavour, mode, kind, grace, path_, method, name)
 
     expected = CASES[name].shared
-    if expected is not None and DJANGO_HAS_CURRENT_RULES:
-        assert theirs.b_shared is expected, "Django's own cache decided otherwise"
-    assert ours.b_shared is theirs.b_shared
     assert ours.headers == theirs.headers
+    if DJANGO_HAS_CURRENT_RULES:
+        if expected is not None:
+            assert theirs.b_shared is expected, "Django's own cache decided otherwise"
+        assert ours.b_shared is theirs.b_shared
+    else:
+        # An older Django shares more; the floor keeps to what it and current Django share.
+        assert ours.b_shared <= theirs.b_shared
+        assert ours.b_shared <= (theirs.b_shared if expected is None else expected)
 
 
 @DIMENSIONS
@@ -449,7 +461,9 @@ HERD = 6
 HERD_CASES = [
     "plain",
     "vary-language-same",
-    "authorization-a-a",
+    # Shared under Vary: Authorization, which only Django's current rules add; an older Django
+    # adds none, and the floor then shares no page rendered for a token.
+    *(["authorization-a-a"] if DJANGO_HAS_CURRENT_RULES else []),
     "authorization-public",
     "max-age-30",
 ]
