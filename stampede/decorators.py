@@ -43,11 +43,12 @@ def single_flight(
 ) -> Callable[[_F], _F]:
     """Return a view decorator: ``cache_page`` semantics, one render per page per expiry.
 
-    Caches GET/HEAD responses Django would cache (200, not ``private``/``no-store``, no
-    ``Set-Cookie`` unless the page varies on Cookie), honours ``Vary`` through Django's
-    ``learn_cache_key``, and sets ``Expires``/``Cache-Control: max-age``. With ``grace``, a
-    stale page is served while one request re-renders it. Sync and async views; for
-    class-based views use ``method_decorator(single_flight(...), name="dispatch")``.
+    Caches the GET/HEAD responses Django's ``cache_page(timeout)`` would cache, as Django's
+    own cache middleware decides (key, timeout, ``Expires``/``Cache-Control: max-age`` and
+    ``Vary`` patches), except a page that sets a cookie without varying on ``Cookie``, which
+    is never shared. With ``grace``, a stale page is served while one request re-renders it.
+    Sync and async views; for class-based views use
+    ``method_decorator(single_flight(...), name="dispatch")``.
 
     ``bloom`` (a ``stampede.BloomFilter``): a page not in the cache is rendered only if its
     item was ever added; otherwise the answer is a 404 (``Http404``) and the view is not

@@ -2,12 +2,11 @@
 ``@single_flight`` share.
 
 Whether a response may be stored and shared, under which key, for how long and with which
-header patches is decided by the installed Django itself: its ``UpdateCacheMiddleware``
-handles each rendered response, with a stand-in cache that records what Django would store
-(``decide``). So a page is shared exactly when Django's cache would share it, and the next
-Django security release applies here unchanged. What changes is the render: it runs inside
-the fill protocol, so concurrent requests for one page (in any worker process) wait for one
-render, and the page is stored through the fill (grace, early refresh, the lock's write).
+header patches is decided by the installed Django itself (``page_decision.decide``), so a page
+is shared exactly when Django's cache would share it, and the next Django security release
+applies here unchanged. What changes is the render: it runs inside the fill protocol, so
+concurrent requests for one page (in any worker process) wait for one render, and the page is
+stored through the fill (grace, early refresh, the lock's write).
 
 The page key depends on the response's ``Vary`` headers, which are known only once a response
 was seen. Until then requests for a URL coalesce on a *learning* key: one renders, learns the
@@ -26,21 +25,19 @@ Rule: every request gets its own copy of a cached response (middleware mutates h
 from __future__ import annotations
 
 import hashlib
-import math
-import pickle
 from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
-from django.utils.cache import get_cache_key, has_vary_header
+from django.http import HttpRequest, HttpResponseBase
+from django.utils.cache import get_cache_key
 from django.utils.encoding import iri_to_uri
 
 from .core import options as conf
 from .core.envelope import DontCache
-from .django_internals import PageCacheUpdate
+from .page_decision import Shared, decide, own_copy
 
 _LEARNED = "learned"
 _NOTE_SUFFIX = ".stampede-timeout"
@@ -107,93 +104,6 @@ def stampede_cache(cache_alias: str, purpose: str) -> Any:
             f"{purpose}; wrap your cache with it"
         )
     return cache
-
-
-class _Capture:
-    """Stands in for the cache in Django's ``process_response``, recording what Django stores.
-
-    Django writes the URL's header list (``learn_cache_key``) and then the page (at once, or in
-    a ``TemplateResponse``'s post-render callback). Nothing reaches the real cache here: the page
-    goes through the fill, and the header list is published only once the page is stored (a
-    request that found the header list but not yet the page would render the page again).
-    """
-
-    def __init__(self) -> None:
-        self.header_lists: list[tuple[Any, Any, Any]] = []
-        self.page: tuple[str, Any] | None = None
-
-    def set(self, key: Any, value: Any, timeout: Any = None, version: Any = None) -> None:
-        if isinstance(value, HttpResponseBase):
-            self.page = (key, timeout)
-        else:
-            self.header_lists.append((key, value, timeout))
-
-
-class _DjangoDecision(PageCacheUpdate):
-    """The installed Django's cache middleware, deciding for one response of a policy."""
-
-    def __init__(self, policy: PagePolicy, capture: _Capture) -> None:
-        super().__init__(_never_called)
-        # HTTP counts whole seconds: Django would write "max-age=60.0", which it cannot read.
-        whole = math.ceil(policy.timeout)
-        self.cache_timeout = whole
-        self.page_timeout = None if policy.honours_max_age else whole
-        self.key_prefix = policy.key_prefix
-        self._capture = capture
-
-    @property
-    def cache(self) -> _Capture:
-        return self._capture
-
-
-def _never_called(request: HttpRequest) -> HttpResponse:  # pragma: no cover - never called
-    raise AssertionError("the page cache calls process_response only")
-
-
-@dataclass(frozen=True)
-class Shared:
-    """A response Django would store: under which key, for how long, and the copy to store.
-
-    ``snapshot`` is taken before the response goes back up the middleware chain, so headers
-    or cookies that outer middleware add for the visitor who rendered it never reach another.
-    """
-
-    key: str
-    timeout: float
-    header_lists: tuple[tuple[Any, Any, Any], ...]
-    snapshot: HttpResponseBase
-
-
-def decide(
-    request: HttpRequest, response: HttpResponseBase, policy: PagePolicy
-) -> tuple[HttpResponseBase, Shared | None]:
-    """Return ``response`` with Django's header patches, and how to share it (None: never).
-
-    The decision is the installed Django's own ``UpdateCacheMiddleware.process_response``
-    (status, streaming, ``Cache-Control``, ``Vary: *``, cookies, ``max-age``, ``Vary:
-    Authorization``, ...), so its next security release applies here unchanged. One rule is
-    ours, stricter than Django's: a page that sets a cookie but does not vary on ``Cookie`` is
-    never shared (Django would store it and hand one visitor's cookie to the next).
-    """
-    capture = _Capture()
-    response = _DjangoDecision(policy, capture).process_response(request, response)
-    is_template = hasattr(response, "render") and callable(response.render)
-    if capture.header_lists and capture.page is None and is_template:
-        response = response.render()  # Django stores it from its post-render callback
-    if capture.page is None:
-        return response, None
-    if response.cookies and not has_vary_header(response, "Cookie"):
-        return response, None
-    key, timeout = capture.page
-    timeout = _fill_timeout(timeout, policy)
-    return response, Shared(key, timeout, tuple(capture.header_lists), _own_copy(response))
-
-
-def _fill_timeout(django_timeout: Any, policy: PagePolicy) -> float:
-    """Return the page's timeout: Django's, or the policy's own where Django used it rounded."""
-    if django_timeout == math.ceil(policy.timeout):
-        return policy.timeout
-    return float(django_timeout)
 
 
 def _published(shared: Shared, policy: PagePolicy) -> list[tuple[dict[str, Any], float]]:
@@ -267,10 +177,6 @@ def _learning_key(request: HttpRequest, policy: PagePolicy) -> str:
     return f"stampede.pages.learning.{policy.key_prefix}.{request.method}.{digest}"
 
 
-def _own_copy(response: Any) -> Any:
-    return pickle.loads(pickle.dumps(response, pickle.HIGHEST_PROTOCOL))
-
-
 # -- sync ---------------------------------------------------------------------------------------
 
 
@@ -286,14 +192,14 @@ def serve(
     cache = policy.cache()
     get_page, page = _find(request, policy, cache)
     if get_page is not None:
-        return _own_copy(get_page)
+        return own_copy(get_page)
     if page is None:
         rendered = _learn(request, get_response, policy, cache, guard)
         if rendered is not None:
             return rendered
         get_page, page = _find(request, policy, cache)
         if get_page is not None:
-            return _own_copy(get_page)
+            return own_copy(get_page)
         if page is None:  # the header list is gone already (evicted): learn again, alone
             return _render_and_store(request, get_response, policy, cache)[0]
     return _serve_page(request, get_response, policy, cache, page, guard)
@@ -343,7 +249,7 @@ def _serve_page(
 
     value = cache.get_or_load(page.key, render, timeout=page.timeout, grace=policy.grace, **guard)
     if "response" not in ours:
-        return _own_copy(value)
+        return own_copy(value)
     if ours["shared"] is not None:
         _publish(ours["shared"], policy, cache)  # the page is stored: now it may be found
     return ours["response"]
@@ -376,14 +282,14 @@ async def aserve(
     find = sync_to_async(_find)
     get_page, page = await find(request, policy, cache)
     if get_page is not None:
-        return _own_copy(get_page)
+        return own_copy(get_page)
     if page is None:
         rendered = await _alearn(request, get_response, policy, cache, guard)
         if rendered is not None:
             return rendered
         get_page, page = await find(request, policy, cache)
         if get_page is not None:
-            return _own_copy(get_page)
+            return own_copy(get_page)
         if page is None:
             return (await _arender_and_store(request, get_response, policy, cache))[0]
     return await _aserve_page(request, get_response, policy, cache, page, guard)
@@ -441,7 +347,7 @@ async def _aserve_page(
         page.key, render, timeout=page.timeout, grace=policy.grace, **guard
     )
     if "response" not in ours:
-        return _own_copy(value)
+        return own_copy(value)
     if ours["shared"] is not None:
         await _apublish(ours["shared"], policy, cache)
     return ours["response"]

@@ -16,6 +16,7 @@ Then the herd: pages Django shares are rendered once per expiry by a concurrent 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from dataclasses import dataclass, field
 
@@ -62,6 +63,14 @@ class Case:
     shared: bool | None = None
 
 
+#: The installed Django has every rule of the issue's table (Vary: Authorization, directives in
+#: any case, no-cache, Vary: *, no cookie page varying on Cookie): 5.2.19, 6.0.10, 6.1.3 on.
+#: Older releases share more, and so does the page cache on them: the table compares anyway.
+DJANGO_HAS_CURRENT_RULES = (
+    (5, 2, 19) <= django.VERSION[:3] < (6, 0)
+    or (6, 0, 10) <= django.VERSION[:3] < (6, 1)
+    or django.VERSION[:3] >= (6, 1, 3)
+)
 TOKEN_A = {"Authorization": "Bearer visitor-a"}
 TOKEN_B = {"Authorization": "Bearer visitor-b"}
 SESSION = {"sessionid": "one-session"}
@@ -251,9 +260,13 @@ def visit(mode: str, method: str, url: str, visitor: Visitor):
     client = AsyncClient() if mode == "async" else Client()
     client.cookies.load(visitor.cookies)
     send = getattr(client, method)
-    if mode == "async":
-        send = async_to_sync(send)
-    return send(url, headers=visitor.headers)
+    if mode == "sync":
+        return send(url, headers=visitor.headers)
+
+    async def send_async():  # Django 4.2's AsyncClient methods are not coroutine functions
+        return await send(url, headers=visitor.headers)
+
+    return async_to_sync(send_async)()
 
 
 def forget_pages(redis) -> None:
@@ -309,30 +322,42 @@ def use_ours(settings, flavour: str, grace: bool) -> None:
     settings.CACHE_MIDDLEWARE_ALIAS = "default"
 
 
+#: What Django's own cache did, per (flavour, kind, path, method, case): it does not depend on
+#: the view being sync or async, nor on our grace, so each is run once per session.
+_theirs: dict[tuple[str, ...], Seen] = {}
+
+
 def compare(site, redis, flavour, mode, kind, grace, path_, method, name) -> tuple[Seen, Seen]:
     """Return (what Django's own cache did, what ours did) for one case."""
     case = ALL_CASES[name]
-    use_django(site, flavour)
-    theirs = run_case(
-        redis, "sync", method, django_url(flavour, kind, name), case, path_ == "known"
-    )
+    asked = (flavour, kind, path_, method, name)
+    if asked not in _theirs:
+        use_django(site, flavour)
+        url = django_url(flavour, kind, name)
+        _theirs[asked] = run_case(redis, "sync", method, url, case, path_ == "known")
     use_ours(site, flavour, grace)
     url = our_url(flavour, mode, kind, name, grace)
     ours = run_case(redis, mode, method, url, case, path_ == "known")
-    return theirs, ours
+    return _theirs[asked], ours
 
 
+def _dimensions() -> list[tuple]:
+    """Return every (flavour, mode, path) once, each paired with one (kind, grace, method).
+
+    The full product of the six dimensions times every case is 1,400 tests; this design runs
+    each case for the decorator and the middleware, sync and async, on the learning and the
+    known-key path, and spreads template responses, grace and HEAD over those eight so each
+    appears four times per case (a permutation pairs them: every triple is used once).
+    """
+    first = list(itertools.product(("decorator", "middleware"), ("sync", "async"), PATHS))
+    second = list(itertools.product(("http", "template"), (False, True), ("get", "head")))
+    return [(*first[i], *second[(3 * i) % len(second)]) for i in range(len(first))]
+
+
+PATHS = ("learning", "known")
 DIMENSIONS = pytest.mark.parametrize(
-    ("flavour", "mode", "kind", "grace", "path_", "method"),
-    [
-        (flavour, mode, kind, grace, path_, method)
-        for flavour in ("decorator", "middleware")
-        for mode in ("sync", "async")
-        for kind in ("http", "template")
-        for grace in (False, True)
-        for path_ in ("learning", "known")
-        for method in ("get", "head")
-    ],
+    ("flavour", "mode", "path_", "kind", "grace", "method"),
+    _dimensions(),
     ids=lambda value: {False: "no-grace", True: "grace"}.get(value, value),
 )
 
@@ -345,10 +370,15 @@ def test_visitor_b_gets_the_shared_page_exactly_where_django_shares_it(
     theirs, ours = compare(site, redis, flavour, mode, kind, grace, path_, method, name)
 
     expected = CASES[name].shared
-    if expected is not None and django.VERSION >= (5, 2):
-        assert theirs.b_shared is expected, "Django's own cache decided otherwise"
-    assert ours.b_shared is theirs.b_shared
     assert ours.headers == theirs.headers
+    if DJANGO_HAS_CURRENT_RULES:
+        if expected is not None:
+            assert theirs.b_shared is expected, "Django's own cache decided otherwise"
+        assert ours.b_shared is theirs.b_shared
+    else:
+        # An older Django shares more; the floor keeps to what it and current Django share.
+        assert ours.b_shared <= theirs.b_shared
+        assert ours.b_shared <= (theirs.b_shared if expected is None else expected)
 
 
 @DIMENSIONS
@@ -431,7 +461,9 @@ HERD = 6
 HERD_CASES = [
     "plain",
     "vary-language-same",
-    "authorization-a-a",
+    # Shared under Vary: Authorization, which only Django's current rules add; an older Django
+    # adds none, and the floor then shares no page rendered for a token.
+    *(["authorization-a-a"] if DJANGO_HAS_CURRENT_RULES else []),
     "authorization-public",
     "max-age-30",
 ]

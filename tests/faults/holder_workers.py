@@ -343,6 +343,10 @@ class PubSubGate:
     the subscription meanwhile, so the test controls exactly what happens between a
     subscription taking effect and the subscriber learning that it did. Other connections
     pass freely. A fault injected on the network, in front of a real redis-server.
+
+    ``close()`` leaves nothing behind: a socket accepted while it closes is closed at once,
+    every socket is shut down (which wakes the threads blocked on it) and closed, and every
+    thread is joined.
     """
 
     def __init__(self, port: int) -> None:
@@ -351,8 +355,10 @@ class PubSubGate:
         self._server = socket.create_server(("127.0.0.1", 0))
         self.port = self._server.getsockname()[1]
         self._sockets: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+        self._closed = False
         self._lock = threading.Lock()
-        threading.Thread(target=self._accept, name="pubsub-gate", daemon=True).start()
+        self._start(self._accept, "pubsub-gate")
 
     @property
     def url(self) -> str:
@@ -364,10 +370,21 @@ class PubSubGate:
 
     def close(self) -> None:
         self._open.set()
-        self._server.close()
         with self._lock:
-            for sock in self._sockets:
-                sock.close()
+            self._closed = True
+            sockets = [self._server, *self._sockets]
+            threads = list(self._threads)
+        for sock in sockets:
+            # shutdown, unlike close, wakes a thread blocked in accept() or recv() on it.
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        for thread in threads:
+            thread.join(10)
+        for sock in sockets:
+            sock.close()
+        stuck = [thread.name for thread in threads if thread.is_alive()]
+        if stuck:
+            raise AssertionError(f"the gate's threads did not end: {stuck}")
 
     def __enter__(self) -> PubSubGate:
         return self
@@ -375,20 +392,31 @@ class PubSubGate:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
+    def _start(self, target: Callable[..., None], name: str, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
     def _accept(self) -> None:
         while True:
             try:
                 client, _ = self._server.accept()
+            except OSError:
+                return  # shut down: closing
+            try:
                 upstream = socket.create_connection(self._target)
             except OSError:
-                return  # closed
+                client.close()
+                continue
             with self._lock:
+                if self._closed:  # accepted while closing: close() has its list already
+                    client.close()
+                    upstream.close()
+                    return
                 self._sockets += [client, upstream]
-            pubsub = threading.Event()
-            threading.Thread(target=self._up, args=(client, upstream, pubsub), daemon=True).start()
-            threading.Thread(
-                target=self._down, args=(upstream, client, pubsub), daemon=True
-            ).start()
+                pubsub = threading.Event()
+                self._start(self._up, "pubsub-gate-up", client, upstream, pubsub)
+                self._start(self._down, "pubsub-gate-down", upstream, client, pubsub)
 
     def _up(self, source: socket.socket, target: socket.socket, pubsub: threading.Event) -> None:
         self._pump(source, target, lambda data: b"SUBSCRIBE" in data and pubsub.set())

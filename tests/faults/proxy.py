@@ -18,6 +18,12 @@ for a Redis that went silent for everyone.
 
 One asyncio loop in one background thread carries every connection; ``stop()`` (or leaving
 the ``with`` block) closes them all, stops the loop and joins the thread, so nothing is left.
+The proxy accepts connections itself rather than through ``asyncio.start_server``: a
+connection that asyncio's server accepted just before its ``close()`` is left half-built with
+its socket open (``Server._attach`` asserts that the server is open, in every Python from 3.10
+to 3.13), and surfaced in a later test as an unclosed transport. Here every accepted socket
+belongs to a task of the proxy's from ``accept()`` on, ``stop()`` waits for every task, and it
+fails if a socket the proxy opened is still open.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ class _Link:
 
     def cut(self) -> None:
         self.closed = True
+        self.flowing.set()  # a pump stalled on this link sees it closed and ends
         _reset(self.client)
         _reset(self.upstream)
 
@@ -82,9 +89,14 @@ class Proxy:
         self.cuts = 0
         self._random = random.Random(seed)
         self._links: set[_Link] = set()
+        self._stopping = False
         self._loop = asyncio.new_event_loop()
         self._flowing: asyncio.Event | None = None
-        self._server: asyncio.AbstractServer | None = None
+        self._listener: socket.socket | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # one per accepted connection
+        # Every socket the proxy opened (accepted, or to the upstream) and may not have closed
+        # yet: stop() fails if one is still open, so a leak shows at the test that made it.
+        self._sockets: list[Any] = []
         self._thread = threading.Thread(target=self._loop.run_forever, name="test-proxy")
 
     @property
@@ -105,8 +117,28 @@ class Proxy:
     async def _listen(self) -> None:
         self._flowing = asyncio.Event()
         self._flowing.set()
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.setblocking(False)
+        self.port = self._listener.getsockname()[1]
+        self._loop.add_reader(self._listener, self._accept_ready)
+
+    def _accept_ready(self) -> None:
+        """Accept every connection waiting; each is owned by a task in ``_tasks`` at once."""
+        assert self._listener is not None
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return  # none left waiting
+            except ConnectionAbortedError:
+                continue  # reset by its client before we took it
+            except OSError:
+                return  # the listener is closed: stopping
+            self._sockets = [s for s in self._sockets if s.fileno() != -1]
+            self._sockets.append(sock)
+            task = self._loop.create_task(self._serve(sock))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     def stop(self) -> None:
         """Close every connection and the listener; stop the loop and join its thread."""
@@ -120,22 +152,28 @@ class Proxy:
             self._loop.close()
 
     async def _shutdown(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        # In one step, so no accept() comes after: stop listening, close the listener.
+        self._stopping = True  # from now on a connection's task cuts it as it starts
+        if self._listener is not None:
+            self._loop.remove_reader(self._listener)
+            self._listener.close()
         if self._flowing is not None:
             self._flowing.set()  # stalled pumps see their link closed and end
         for link in list(self._links):
             link.cut()
-        # Every task ends by itself once its link is cut (cancelling a connection's task would
-        # make asyncio's stream callback log the CancelledError): wait, cancel only stragglers.
-        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=5)
+        # Every task ends by itself once its link is cut (cancelling a connection's task makes
+        # its socket's fate depend on where it stood): wait, and cancel only the stragglers.
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=5)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
+        # abort() closes a transport's socket in a callback it schedules: let those run before
+        # the loop stops, or the sockets would stay open until garbage collection.
+        await asyncio.sleep(0)
+        left = [sock for sock in self._sockets if sock.fileno() != -1]
+        if left:
+            raise AssertionError(f"the proxy left {len(left)} socket(s) open: {left}")
 
     def __enter__(self) -> Proxy:
         return self.start()
@@ -185,13 +223,22 @@ class Proxy:
 
     # -- connections ---------------------------------------------------------------------------
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, sock: socket.socket) -> None:
+        """Carry one accepted connection until it is cut; its socket is closed on every path."""
+        try:
+            reader, writer = await asyncio.open_connection(sock=sock)
+        except BaseException:
+            sock.close()
+            raise
+        await self._carry(reader, writer)
+
+    async def _carry(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
         link = _Link(writer)
         self._links.add(link)
         try:
             mode = self.new_connections
-            if mode == "refuse":
+            if mode == "refuse" or self._stopping:
                 link.cut()
             elif mode == "blackhole":
                 while not link.closed and await reader.read(_CHUNK):
@@ -209,6 +256,7 @@ class Proxy:
             upstream_reader, link.upstream = await asyncio.open_connection(*self.upstream)
         except OSError:
             return
+        self._sockets.append(link.upstream.get_extra_info("socket"))
         if link.closed:  # cut while connecting
             return
         await asyncio.gather(
