@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import redis as redis_py
 
-from stampede.core import keys
+from stampede.core import keys, meta
 from stampede.core.envelope import Failure
 from tests.django import workers
 from tests.faults.holder_workers import (
@@ -256,11 +256,12 @@ def test_a_loader_failure_reaches_every_caller_of_the_herd_after_one_call(
     assert kinds <= {"builtins.ValueError", "stampede.exceptions.LoaderError"}
     assert all("db down" in r.outcome[2] for r in got)
     assert loader_calls(redis) == 1
-    # ERROR_TTL is 0: what the key holds is the hand-off for late waiters, which plain reads
-    # and new callers do not see.
-    handoff = pickle.loads(redis.get(FULL_KEY))
+    # ERROR_TTL is 0: what the key's meta holds is the hand-off for late waiters, which plain
+    # reads and new callers do not see (the value key stays absent).
+    assert redis.exists(FULL_KEY) == 0
+    handoff = meta.decode(None, redis.get(keys.meta_key(FULL_KEY)), pickle.loads)
     assert isinstance(handoff, Failure) and handoff.handoff
-    assert 0 < redis.pttl(FULL_KEY) <= 10_000  # WAIT_TIMEOUT
+    assert 0 < redis.pttl(keys.meta_key(FULL_KEY)) <= 10_000  # WAIT_TIMEOUT
     assert redis.exists(LOCK_KEY) == 0
     figure("loader calls", loader_calls(redis))
     figure("callers that got the error", len(got))
