@@ -846,3 +846,21 @@ def test_values_live_under_the_wrapped_caches_own_key_names(configure, redis):
     wrapper.incr_version("filled")
 
     assert sorted(k.decode() for k in redis.keys("app|*")) == ["app|3|plain", "app|4|filled"]
+
+
+def test_a_fill_over_compressing_django_redis_stores_what_its_set_stores(
+    settings, redis_url, redis
+):
+    setting = workers.caches_config(redis_url, "django_redis")
+    setting["backing"]["OPTIONS"] = {"COMPRESSOR": "django_redis.compressors.zlib.ZlibCompressor"}
+    settings.CACHES = setting
+    plain, wrapper = caches["backing"], caches["default"]
+    value = {"text": "compressible " * 100}
+    wrapper.get_or_set("filled", value, 60)
+    plain.set("plain", value, 60)
+
+    raw = redis.get(plain.make_key("filled"))
+    assert raw == redis.get(plain.make_key("plain"))
+    assert len(raw) < len(pickle.dumps(value))  # compressed, as the plain backend does
+    assert plain.get("filled") == value
+    assert wrapper.get_or_set("filled", Loader("reloaded"), 60) == value
