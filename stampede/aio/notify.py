@@ -221,7 +221,7 @@ class Notifier:
             if connection is None:
                 return
             try:
-                reply = await connection.read_response(disconnect_on_error=False)
+                reply = await connection.read_response()
             except ResponseError as exc:
                 self._book.refused(exc)  # an answer (a refused SUBSCRIBE), not a lost connection
                 continue

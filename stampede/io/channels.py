@@ -26,6 +26,8 @@ from typing import Any, NamedTuple, Protocol
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .redis_internals import own_connection_kwargs, single_attempt
+
 
 class Waiter(Protocol):
     def _wake(self, message: bytes | None) -> None: ...
@@ -332,28 +334,14 @@ def listener_connection_kwargs(connection_class: type, kwargs: dict[str, Any]) -
         # RESP3 (redis-py 8's default) routes pub/sub replies to push handlers instead of
         # returning them from read_response; RESP2 returns them in order, as we need.
         kwargs["protocol"] = 2
-    if "maint_notifications_config" in kwargs:
-        # redis-py 8's maintenance notifications need RESP3, and refuse to start on a RESP2
-        # connection without hiredis; this connection only ever listens.
-        kwargs["maint_notifications_config"] = None
-        kwargs.pop("maint_notifications_pool_handler", None)
+    kwargs = own_connection_kwargs(kwargs)
     if kwargs.get("retry") is not None:
-        kwargs["retry"] = _single_attempt(kwargs["retry"])
+        kwargs["retry"] = single_attempt(kwargs["retry"])
     if kwargs.get("retry_on_timeout"):
         kwargs["retry_on_timeout"] = False
     if kwargs.get("retry_on_error"):
         kwargs["retry_on_error"] = []
     return kwargs
-
-
-def _single_attempt(retry: Any) -> Any:
-    # A copy: the pool's own policy stays as it is (redis-py copies it per connection too).
-    retry = copy.deepcopy(retry)
-    if hasattr(retry, "update_retries"):
-        retry.update_retries(0)
-    else:  # redis-py < 5
-        retry._retries = 0
-    return retry
 
 
 def _setting(connection_class: type, kwargs: dict[str, Any], name: str) -> Any:

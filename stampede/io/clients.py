@@ -89,13 +89,6 @@ def is_cluster(client: Any) -> bool:
 # -- the hit path's MGET ------------------------------------------------------------------------
 
 
-def _pool_takes_no_command_name() -> bool:
-    import redis
-
-    major, minor = (int(part) for part in redis.__version__.split(".")[:2])
-    return (major, minor) >= (5, 3)
-
-
 def fast_mget(client: Any) -> Callable[..., Any]:
     """Return ``MGET`` for ``client``: one pooled connection, one command, one reply.
 
@@ -112,11 +105,13 @@ def fast_mget(client: Any) -> Callable[..., Any]:
     from redis.exceptions import ResponseError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 
+    from .redis_internals import pool_takes_no_command_name
+
     plain = type(client) is redis.Redis and getattr(client, "connection", None) is None
     if not plain or client.get_encoder().decode_responses:
         return client.mget  # type: ignore[no-any-return]
     pool = client.connection_pool
-    args: tuple[str, ...] = () if _pool_takes_no_command_name() else ("MGET",)
+    args: tuple[str, ...] = () if pool_takes_no_command_name() else ("MGET",)
 
     def mget(*names: Any) -> Any:
         try:

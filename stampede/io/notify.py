@@ -51,6 +51,7 @@ from .channels import (
     raised_again,
 )
 from .clients import PerProcess, connection_pool_of, is_cluster
+from .redis_internals import block_reads
 
 if TYPE_CHECKING:
     from .cluster import ShardedNotifiers
@@ -260,10 +261,7 @@ class Notifier:
 
     def _install_locked(self, connection: Any) -> None:
         # From here the listener blocks reading until a message comes: no read timeout.
-        connection.socket_timeout = None
-        sock = getattr(connection, "_sock", None)
-        if sock is not None:
-            sock.settimeout(None)
+        block_reads(connection)
         self._connection = connection
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(
@@ -294,7 +292,7 @@ class Notifier:
                     return
                 connection = self._connection
             try:
-                reply = connection.read_response(disconnect_on_error=False)
+                reply = connection.read_response()
             except ResponseError as exc:
                 # An answer (a refused SUBSCRIBE), not a broken connection.
                 with self._lock:

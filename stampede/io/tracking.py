@@ -33,6 +33,7 @@ from redis.exceptions import RedisError, ResponseError
 from ..core.near import NearCache
 from .channels import Backoff, ConnectTimeouts, listener_connection_kwargs
 from .clients import PerProcess, connection_pool_of
+from .redis_internals import block_reads
 
 logger = logging.getLogger(__name__)
 
@@ -165,16 +166,13 @@ class Tracker:
             connection.disconnect()
             raise
         # From here the thread blocks reading until Redis reports something: no read timeout.
-        connection.socket_timeout = None
-        sock = getattr(connection, "_sock", None)
-        if sock is not None:
-            sock.settimeout(None)
+        block_reads(connection)
         return connection
 
     def _listen(self, connection: Any) -> None:
         try:
             while True:
-                reply = connection.read_response(disconnect_on_error=False)
+                reply = connection.read_response()
                 self._apply(reply)
         except Exception as exc:
             # RedisError/OSError: the connection broke; ValueError: its socket was closed under

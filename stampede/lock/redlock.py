@@ -37,6 +37,7 @@ from ..core import options as conf
 from ..io import scripts
 from ..io.clients import connection_pool_of
 from ..io.notify import Subscription, notifier_for
+from ..io.redis_internals import own_connection_kwargs
 from . import rules, watchdog
 from .mutex import _local_turn
 from .rules import (
@@ -402,17 +403,6 @@ def _quick_client(client: Any, seconds: float) -> Any:
 
 
 def _quick_kwargs(kwargs: dict[str, Any], seconds: float) -> dict[str, Any]:
-    kwargs = dict(kwargs)
-    for name in (
-        "socket_timeout",
-        "socket_connect_timeout",
-        "orig_socket_timeout",
-        "orig_socket_connect_timeout",
-    ):
-        kwargs[name] = seconds
-    # redis-py 8's maintenance handler belongs to the user's pool; it is not ours to share.
-    kwargs.pop("maint_notifications_pool_handler", None)
-    if "maint_notifications_config" in kwargs:
-        kwargs["maint_notifications_config"] = None
+    kwargs = own_connection_kwargs(kwargs, socket_timeout=seconds, socket_connect_timeout=seconds)
     kwargs.update(retry=Retry(NoBackoff(), 0), retry_on_timeout=False, retry_on_error=[])
     return kwargs

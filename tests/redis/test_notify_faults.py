@@ -12,6 +12,7 @@ Time bounds are hang catchers, far from the figures measured (about 1 s where th
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 import redis as redis_py
 from redis import asyncio as aioredis
+from redis.connection import AbstractConnection
 
 from stampede.aio import Mutex as AsyncMutex
 from stampede.aio.notify import Notifier as AsyncNotifier
@@ -342,7 +344,11 @@ def client_without_handshake(url: str, kind: Any = redis_py.Redis) -> Any:
     """A client whose connections send nothing while connecting (no AUTH, database 0, no
     CLIENT SETINFO): behind a proxy that cuts every chunk, each connect succeeds, and the
     connection is cut at its SUBSCRIBE."""
-    return kind.from_url(url, driver_info=None)
+    # redis-py 7 names the CLIENT SETINFO details driver_info (and deprecates lib_name).
+    takes_driver_info = "driver_info" in inspect.signature(AbstractConnection).parameters
+    if takes_driver_info:
+        return kind.from_url(url, driver_info=None)
+    return kind.from_url(url, lib_name=None, lib_version=None)
 
 
 def test_a_connection_dropped_before_any_confirmation_is_retried_with_a_backoff(proxy):

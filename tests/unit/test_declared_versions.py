@@ -1,0 +1,64 @@
+"""setup.cfg declares what CI tests: each lower bound of install_requires and of the extras the
+tests install is pinned in ``.ci/constraints-oldest.txt``, the stack of CI's oldest leg, and
+each pin there is such a bound (or says why it is not ours)."""
+
+from __future__ import annotations
+
+import configparser
+import re
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parents[2]
+#: The extras CI's legs install (`[dev,celery]`) and those whose packages dev holds too.
+TESTED_EXTRAS = ("celery", "dev", "zookeeper", "metrics", "demo")
+#: Pinned for a dependency of a dependency, not declared by us (the file says why).
+NOT_OURS = {"kombu"}
+
+
+def lower_bounds() -> dict[str, Version]:
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    lines = config["options"]["install_requires"].splitlines()
+    for extra in TESTED_EXTRAS:
+        lines += config["options.extras_require"][extra].splitlines()
+    bounds: dict[str, Version] = {}
+    for line in filter(None, (line.strip() for line in lines)):
+        requirement = Requirement(line)
+        lows = [Version(s.version) for s in requirement.specifier if s.operator == ">="]
+        assert lows, f"setup.cfg: {line!r} has no lower bound"
+        bounds[_name(requirement.name)] = max(lows)
+    return bounds
+
+
+def pins() -> dict[str, Version]:
+    found = {}
+    for line in (ROOT / ".ci" / "constraints-oldest.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, version = line.split("==")
+            found[_name(name)] = Version(version)
+    return found
+
+
+def _name(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_every_lower_bound_is_the_version_the_oldest_leg_pins():
+    pinned = pins()
+    for name, bound in lower_bounds().items():
+        assert name in pinned, (
+            f"{name}>={bound} is declared but .ci/constraints-oldest.txt has no pin"
+        )
+        assert pinned[name] == bound, (
+            f"setup.cfg says {name}>={bound}, the oldest leg tests {pinned[name]}"
+        )
+
+
+def test_every_pin_of_the_oldest_leg_is_a_declared_bound():
+    declared = lower_bounds()
+    for name in pins():
+        assert name in declared or name in NOT_OURS, f"{name} is pinned but not declared"
