@@ -15,7 +15,14 @@ import time
 import weakref
 from typing import Any
 
-from redis.exceptions import AskError, MovedError, RedisError, ResponseError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    MovedError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -29,9 +36,9 @@ from ..io.channels import (
     raised_again,
 )
 from ..io.clients import connection_pool_of, is_cluster
-from ..io.cluster import PAUSE
 from ..io.cluster_pubsub import apubsub_of, known_pubsub_of
 from ..io.notify import ACK_TIMEOUT
+from ..io.reconnect import Backoff, FailureLog, Reconnects
 from .loops import loop_state
 
 logger = logging.getLogger(__name__)
@@ -89,7 +96,11 @@ class Notifier:
         self._connection_kwargs = listener_connection_kwargs(connection_class, connection_kwargs)
         self._timeouts = ConnectTimeouts.of_pool(connection_class, connection_kwargs)
         self._commands = commands
-        self._book = ChannelBook(asyncio.Event, commands)
+        self._book = ChannelBook(
+            asyncio.Event,
+            commands,
+            Reconnects(logger, "the wake-up listener's connection", then="reconnecting"),
+        )
         self._connection: Any = None
         self._connecting = False  # a task is connecting: nobody else may (one at a time)
         self._attempt_ended = asyncio.Event()  # set when that connect ends, either way
@@ -237,21 +248,18 @@ class Notifier:
             return
         self._connection = None
         if not self._closed:
-            logger.warning(
-                "stampede: pub/sub connection lost (%s); waking all waiters and reconnecting",
-                error,
-            )
             # Before the next await: a subscriber may connect meanwhile, and what this forgets
             # (replies expected, waiters to wake) must be the old connection's, not the new's.
             self._book.connection_lost()
         await connection.disconnect()
         if not self._closed:
-            await self._reconnect()
+            await self._reconnect(error)
 
-    async def _reconnect(self) -> None:
-        """Async twin of ``stampede.io.notify.Notifier._reconnect``."""
+    async def _reconnect(self, error: BaseException) -> None:
+        """Async twin of ``stampede.io.notify.Notifier._reconnect`` (``close()`` cancels the
+        listener task, and with it the pause)."""
         while True:
-            await asyncio.sleep(self._book.backoff.next_delay())
+            await asyncio.sleep(self._book.reconnects.failed(error))
             while self._connecting and not self._closed:
                 await self._attempt_ended.wait()  # a subscriber's connect: wait for its outcome
             if self._closed or self._connection is not None or not self._book.episodes:
@@ -261,8 +269,8 @@ class Notifier:
             try:
                 await self._connect(ACK_TIMEOUT)
                 return
-            except (RedisError, OSError):
-                pass
+            except (RedisError, OSError) as exc:
+                error = exc
 
     async def close(self) -> None:
         """Async twin of :meth:`stampede.io.notify.Notifier.close`."""
@@ -338,6 +346,7 @@ class ShardedNotifiers:
     def __init__(self, cluster: Any) -> None:
         self._cluster = weakref.ref(cluster)
         self._notifiers: dict[str, Notifier] = {}
+        self._failures = FailureLog(logger, "subscribing on a cluster node")
 
     async def subscribe(
         self, channel: str | bytes, timeout: float | None = ACK_TIMEOUT
@@ -353,6 +362,7 @@ class ShardedNotifiers:
         """Async twin of :meth:`stampede.io.cluster.ShardedNotifiers.subscribe_on_owner`."""
         timeout = ACK_TIMEOUT if timeout is None else timeout
         deadline = time.monotonic() + timeout
+        backoff = Backoff()
         while True:
             cluster = self._cluster()
             if cluster is None:
@@ -365,15 +375,22 @@ class ShardedNotifiers:
                 )
             except MovedError as exc:
                 await cluster.nodes_manager.move_slot(exc)
-            except (AskError, TryAgainError):
-                await asyncio.sleep(PAUSE)
-            except RedisConnectionError:
-                if time.monotonic() + PAUSE >= deadline:
-                    raise
-                await asyncio.sleep(PAUSE)
+                error: RedisError = exc
+            except (AskError, TryAgainError) as exc:
+                error = exc
+            except RedisConnectionError as exc:
+                error = exc
+            rerouted = isinstance(error, (MovedError, AskError)) and backoff.failures == 0
+            if not rerouted:
+                self._failures.failed(error)
+            pause = backoff.next_delay()
+            if isinstance(error, RedisConnectionError) and time.monotonic() + pause >= deadline:
+                raise error
+            await asyncio.sleep(max(min(pause, deadline - time.monotonic()), 0))
+            if isinstance(error, RedisConnectionError):
                 try:
                     await cluster.nodes_manager.initialize()
-                except (RedisError, OSError) as exc:
+                except (RedisError, RedisClusterException, OSError) as exc:
                     logger.debug("refreshing the cluster's slots failed: %s", exc)
             if time.monotonic() >= deadline:
                 raise RedisTimeoutError(f"Redis did not confirm SSUBSCRIBE {name!r} in {timeout}s")

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple, Protocol
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .reconnect import Reconnects
 from .redis_internals import own_connection_kwargs, single_attempt
 
 
@@ -90,40 +91,22 @@ class Episode:
             subscription._revoke()
 
 
-class Backoff:
-    """The listener's pauses between reconnects.
-
-    None before the first reconnect after a confirmed subscription (a lone drop costs no
-    delay), then growing. Only a confirmed subscription resets it, not a connect that
-    succeeded: a server that accepts connections and then refuses or drops every one of them
-    must not get a new one every few milliseconds.
-    """
-
-    STEPS = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
-
-    def __init__(self) -> None:
-        self._attempts = 0
-
-    def next_delay(self) -> float:
-        """Return how long to pause before the next reconnect, and count that reconnect."""
-        delay = 0.0 if self._attempts == 0 else self.STEPS[min(self._attempts, len(self.STEPS)) - 1]
-        self._attempts += 1
-        return delay
-
-    def reset(self) -> None:
-        self._attempts = 0
-
-
 class ChannelBook:
     """The channels wanted, their episodes, and the confirmations still expected."""
 
-    def __init__(self, event_factory: Callable[[], Any], commands: PubSubCommands = PLAIN) -> None:
+    def __init__(
+        self,
+        event_factory: Callable[[], Any],
+        commands: PubSubCommands,
+        reconnects: Reconnects,
+    ) -> None:
         self._event_factory = event_factory
         self.commands = commands
         self.episodes: dict[bytes, Episode] = {}
         # The (un)subscribes sent and not yet answered, oldest first; None: an UNSUBSCRIBE.
         self._pending: deque[tuple[bytes, Episode | None]] = deque()
-        self.backoff = Backoff()
+        #: The listener's reconnect pacing; a confirmed subscription says the connection works.
+        self.reconnects = reconnects
 
     def join(self, name: bytes, subscription: Waiter) -> tuple[Episode, bool]:
         """Return (the channel's episode, whether a SUBSCRIBE must be sent for it)."""
@@ -173,7 +156,7 @@ class ChannelBook:
             if answered is None:
                 return
             answered.confirmed.set()
-            self.backoff.reset()
+            self.reconnects.up()
             if answered.rejoined:
                 answered.rejoined = False
                 answered.wake_all(None)

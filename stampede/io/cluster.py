@@ -22,6 +22,9 @@ Rule: a moved slot costs a re-check, never a hang.
   Redis again: a release published while nobody listened on the new owner is not lost.
 - A broken connection wakes every waiter of that node (``notify``'s rule); waits stay bounded
   by the callers' own timeouts.
+
+Rule: a subscribe that must try again (moved, being moved, owner unreachable) pauses as
+``reconnect.Backoff`` says, whatever the error, and its failures are logged at a bounded rate.
 """
 
 from __future__ import annotations
@@ -33,7 +36,13 @@ import time
 import weakref
 from typing import Any
 
-from redis.exceptions import AskError, MovedError, RedisError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    MovedError,
+    RedisClusterException,
+    RedisError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -41,12 +50,9 @@ from .channels import channel_name
 from .clients import PerProcess, connection_pool_of
 from .cluster_pubsub import pubsub_of
 from .notify import ACK_TIMEOUT, Notifier, Subscription
+from .reconnect import Backoff, FailureLog
 
 logger = logging.getLogger(__name__)
-
-#: The pause before asking again when a slot is being moved (``-ASK``, ``-TRYAGAIN``) or its
-#: owner could not be reached.
-PAUSE = 0.1
 
 
 class ShardedSubscription(Subscription):
@@ -102,6 +108,9 @@ class ShardedNotifiers:
         self._notifiers: dict[str, Notifier] = {}
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        # One log for every subscribe of this client: a failing node costs a line per
+        # LOG_EVERY seconds, not one per waiter.
+        self._failures = FailureLog(logger, "subscribing on a cluster node")
 
     def subscribe(self, channel: str | bytes, timeout: float | None = ACK_TIMEOUT) -> Subscription:
         """Return a confirmed sharded subscription to ``channel`` on the node of its slot.
@@ -116,6 +125,7 @@ class ShardedNotifiers:
         ``-MOVED`` replies (and waiting out ``-ASK``/``-TRYAGAIN``) within ``timeout``."""
         timeout = ACK_TIMEOUT if timeout is None else timeout
         deadline = time.monotonic() + timeout
+        backoff = Backoff()  # this call's attempts; a -MOVED followed at once costs no pause
         while True:
             cluster = self._cluster_client()
             node = cluster.get_node_from_key(name)
@@ -126,17 +136,28 @@ class ShardedNotifiers:
             except MovedError as exc:
                 logger.debug("SSUBSCRIBE %r moved to %s:%s", name, exc.host, exc.port)
                 cluster.nodes_manager.move_slot(exc)
-            except (AskError, TryAgainError):
-                time.sleep(PAUSE)  # the slot is being moved: ask again shortly
-            except RedisConnectionError:
-                # The owner may be gone (a failover): learn the topology again, once there
-                # is time left to use it.
-                if time.monotonic() + PAUSE >= deadline:
-                    raise
-                time.sleep(PAUSE)
+                error: RedisError = exc
+            except (AskError, TryAgainError) as exc:
+                error = exc  # the slot is being moved: ask again shortly
+            except RedisConnectionError as exc:
+                error = exc
+            pause = self._failed(error, backoff)
+            if isinstance(error, RedisConnectionError) and time.monotonic() + pause >= deadline:
+                raise error
+            time.sleep(max(min(pause, deadline - time.monotonic()), 0))
+            if isinstance(error, RedisConnectionError):
+                # The owner may be gone (a failover): learn the topology again.
                 _refresh_topology(cluster)
             if time.monotonic() >= deadline:
                 raise RedisTimeoutError(f"Redis did not confirm SSUBSCRIBE {name!r} in {timeout}s")
+
+    def _failed(self, error: RedisError, backoff: Backoff) -> float:
+        """Return the pause before the next attempt of a subscribe that failed with
+        ``error``; log it (rate-limited) unless it is the first re-route of the call."""
+        rerouted = isinstance(error, (MovedError, AskError)) and backoff.failures == 0
+        if not rerouted:
+            self._failures.failed(error)
+        return backoff.next_delay()
 
     def _cluster_client(self) -> Any:
         cluster = self._cluster()
@@ -174,7 +195,8 @@ class ShardedNotifiers:
 def _refresh_topology(cluster: Any) -> None:
     try:
         cluster.nodes_manager.initialize()
-    except (RedisError, OSError) as exc:
+    except (RedisError, RedisClusterException, OSError) as exc:
+        # RedisClusterException: no node answered; the next attempt finds out again.
         logger.debug("refreshing the cluster's slots failed: %s", exc)
 
 

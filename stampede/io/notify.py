@@ -24,7 +24,9 @@ connection of the pool would (``socket_connect_timeout``, ``socket_timeout``).
 
 Rule: when the pub/sub connection breaks, every waiter is woken (it re-checks Redis: a spurious
 wake-up costs one round trip, a lost one would cost a hang), and the listener reconnects and
-subscribes again to every channel still wanted, backing off until a subscription is confirmed.
+subscribes again to every channel still wanted. Its attempts back off (``reconnect.Backoff``)
+until a connection has stayed healthy for a while, not merely until a subscription is confirmed,
+and its failures are logged at a bounded rate (``reconnect.FailureLog``).
 A refused SUBSCRIBE (``-NOPERM``) is an answer, not a broken connection: that subscribe raises,
 and nothing reconnects.
 """
@@ -51,6 +53,7 @@ from .channels import (
     raised_again,
 )
 from .clients import PerProcess, connection_pool_of, is_cluster
+from .reconnect import Reconnects
 from .redis_internals import block_reads
 
 if TYPE_CHECKING:
@@ -128,7 +131,11 @@ class Notifier:
         # Notified when a connection is installed and when a connect attempt ends.
         self._connected = threading.Condition(self._lock)
         self._commands = commands
-        self._book = ChannelBook(threading.Event, commands)
+        self._book = ChannelBook(
+            threading.Event,
+            commands,
+            Reconnects(logger, "the wake-up listener's connection", then="reconnecting"),
+        )
         self._connection: Any = None
         self._connecting = False  # a thread is connecting: nobody else may (one at a time)
         self._thread: threading.Thread | None = None
@@ -313,20 +320,24 @@ class Notifier:
             connection.disconnect()
             if self._closed:
                 return
-            logger.warning(
-                "stampede: pub/sub connection lost (%s); waking all waiters and reconnecting", error
-            )
             self._book.connection_lost()
-        self._reconnect()
+        self._reconnect(error)
 
-    def _reconnect(self) -> None:
-        # Retried only while some waiter still wants a channel; a waiter that arrives later
-        # connects by itself in subscribe().
+    def _reconnect(self, error: BaseException) -> None:
+        """Connect again after ``error``, pausing as ``reconnect.Backoff`` says before each
+        attempt, until a connection is installed (by this thread or a subscriber's), the
+        notifier is closed, or no waiter wants a channel any more (a waiter that arrives later
+        connects by itself in ``subscribe``)."""
         while True:
             with self._lock:
-                delay = self._book.backoff.next_delay()
-            time.sleep(delay)
-            with self._lock:
+                pause = self._book.reconnects.failed(error)
+                # On the condition, not time.sleep: a close() or a subscriber's connect ends it.
+                until = time.monotonic() + pause
+                while not self._closed and self._connection is None:
+                    left = until - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._connected.wait(left)
                 while self._connecting and not self._closed:
                     self._connected.wait()  # a subscriber's connect: wait for its outcome
                 if self._closed or self._connection is not None or not self._book.episodes:
@@ -335,8 +346,8 @@ class Notifier:
             try:
                 self._connect(ACK_TIMEOUT)
                 return
-            except (RedisError, OSError):
-                pass
+            except (RedisError, OSError) as exc:
+                error = exc
 
     def close(self) -> None:
         """Disconnect and stop the listener; waiters still parked are woken."""

@@ -31,8 +31,9 @@ from typing import Any
 from redis.exceptions import RedisError, ResponseError
 
 from ..core.near import NearCache
-from .channels import Backoff, ConnectTimeouts, listener_connection_kwargs
+from .channels import ConnectTimeouts, listener_connection_kwargs
 from .clients import PerProcess, connection_pool_of
+from .reconnect import Reconnects
 from .redis_internals import block_reads
 
 logger = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ INVALIDATE_CHANNEL = b"__redis__:invalidate"
 #: How long a connect, and each handshake reply, may take at most (the pool's own timeouts
 #: bound it further).
 CONNECT_TIMEOUT = 5.0
-#: Back-off after Redis refused tracking (an ACL user without CLIENT, say): a setting to fix,
+#: The least pause after Redis refused tracking (an ACL user without CLIENT, say): a setting to fix,
 #: not a blip, so no faster retries than this.
 REFUSED_DELAY = 10.0
 
@@ -61,7 +62,9 @@ class Tracker:
         self._tracked: tuple[bytes, ...] = ()  # the prefixes the live connection tracks
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._backoff = Backoff()
+        self._reconnects = Reconnects(
+            logger, "near cache tracking", then="no copies are kept until it reconnects"
+        )
         self._pid = os.getpid()
 
     def __repr__(self) -> str:
@@ -78,7 +81,13 @@ class Tracker:
                 return
             nears = self._nears.setdefault(name, weakref.WeakSet())
             if near in nears and self._thread is not None and self._thread.is_alive():
-                return  # tracked already; the thread arms it once Redis confirms
+                # Tracked already: the thread arms it once Redis confirms; but if the live
+                # connection reports it and it was disarmed meanwhile (by a fork, or by another
+                # tracker it also belongs to), nobody else will arm it.
+                live = self._connection is not None and name.startswith(self._tracked)
+                if live and not near.armed:
+                    near.arm()
+                return
             nears.add(near)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
@@ -86,8 +95,10 @@ class Tracker:
                 )
                 self._thread.start()
             elif self._connection is not None and covering(self._nears) != self._tracked:
-                # Tracking cannot change on a subscribed connection: make a new one.
-                self._disconnect_locked()
+                # Tracking cannot change on a subscribed connection: make a new one, at once
+                # (no failure: the thread sees the connection was not its own any more).
+                connection, self._connection, self._tracked = self._connection, None, ()
+                connection.disconnect()
             elif self._connection is not None and name.startswith(self._tracked):
                 near.arm()  # already reported on the live connection
 
@@ -106,7 +117,6 @@ class Tracker:
     # -- the thread ---------------------------------------------------------------------------
 
     def _run(self) -> None:
-        failing = False
         while True:
             with self._lock:
                 if self._closed:
@@ -114,19 +124,13 @@ class Tracker:
                 prefixes = covering(self._nears)
             try:
                 connection = self._open(prefixes)
-            except (RedisError, OSError) as exc:
-                refused = isinstance(exc, ResponseError)
-                # Once per outage: a Redis that stays down must not fill the log every 2 s.
-                log = logger.debug if failing else logger.warning
-                log(
-                    "stampede: near cache tracking %s (%s); copies are not kept until it works",
-                    "refused by Redis" if refused else "cannot connect",
-                    exc,
-                )
-                failing = True
-                self._pause(REFUSED_DELAY if refused else None)
+            except Exception as exc:
+                # Whatever the error (a thread that died here would never track again), the
+                # next attempt waits: a refusal (an ACL user without CLIENT, say) is a setting
+                # to fix, not a blip, so no faster retries than REFUSED_DELAY.
+                pause = self._failed(exc)
+                self._pause(max(pause, REFUSED_DELAY) if isinstance(exc, ResponseError) else pause)
                 continue
-            failing = False
             with self._lock:
                 if self._closed:
                     connection.disconnect()
@@ -139,11 +143,18 @@ class Tracker:
                 self._connection = connection
                 self._tracked = prefixes
                 armed = self._nears_under_locked(prefixes)
-            self._backoff.reset()
+            self._reconnects.up()
             for near in armed:
                 near.arm()
-            self._listen(connection)
-            self._pause(None)
+            error = self._listen(connection)
+            if error is not None:
+                self._pause(self._failed(error))
+
+    def _failed(self, error: Exception) -> float:
+        """Log ``error`` (rate-limited; with its traceback if unexpected) and return the pause
+        before the next connect."""
+        unexpected = not isinstance(error, (RedisError, OSError, ValueError))
+        return self._reconnects.failed(error, traceback=unexpected)
 
     def _open(self, prefixes: tuple[bytes, ...]) -> Any:
         """Connect, turn tracking on for ``prefixes``, subscribe, and wait for the confirmation."""
@@ -169,7 +180,9 @@ class Tracker:
         block_reads(connection)
         return connection
 
-    def _listen(self, connection: Any) -> None:
+    def _listen(self, connection: Any) -> Exception | None:
+        """Apply Redis's reports until the connection ends; return the error that broke it,
+        or None if it was ended on purpose (a new prefix, or ``close()``)."""
         try:
             while True:
                 reply = connection.read_response()
@@ -178,8 +191,6 @@ class Tracker:
             # RedisError/OSError: the connection broke; ValueError: its socket was closed under
             # the read (a new prefix, or close()). Anything else is unexpected, and handled the
             # same way: a thread that died here would leave copies armed and never dropped.
-            if not isinstance(exc, (RedisError, OSError, ValueError)):
-                logger.exception("stampede: near cache tracking failed; reconnecting")
             with self._lock:
                 lost = self._connection is connection
                 self._connection = None
@@ -189,8 +200,7 @@ class Tracker:
             connection.disconnect()
             for near in nears:
                 near.disarm()
-            if lost and not closed:
-                logger.info("stampede: near cache tracking connection lost (%s); reconnecting", exc)
+            return exc if lost and not closed else None
 
     def _apply(self, reply: Any) -> None:
         if not (isinstance(reply, list) and len(reply) == 3 and reply[0] == b"message"):
@@ -211,12 +221,11 @@ class Tracker:
                 for near in nears:
                     near.invalidate(names)
 
-    def _pause(self, delay: float | None) -> None:
-        """Wait before the next connect (``delay``, or the back-off's), unless closed first."""
+    def _pause(self, seconds: float) -> None:
+        """Wait ``seconds`` before the next connect, unless closed first."""
         with self._lock:
-            wait = self._backoff.next_delay() if delay is None else delay
-            if wait > 0 and not self._closed:
-                self._changed.wait(wait)
+            if seconds > 0 and not self._closed:
+                self._changed.wait(seconds)
 
     # -- helpers (the caller holds the lock) ----------------------------------------------------
 

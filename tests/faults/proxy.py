@@ -9,6 +9,7 @@
         proxy.new_connections = "blackhole"  # accept, read and discard, never answer
         proxy.stall(True)            # open connections stop carrying bytes (no FIN, no RST)
         proxy.stall_where(b"TRACKING")  # only the connections whose client sent that
+        proxy.close_after = b"subscribe"     # close each connection once Redis said that
 
 A "cut" resets both sides (``SO_LINGER`` 0, then close), as a middlebox that drops a
 connection does: the client sees ``ConnectionResetError`` or EOF on its next read, Redis drops
@@ -81,6 +82,9 @@ class Proxy:
         self.latency = 0.0
         #: Probability, per chunk in either direction, that its connection is cut instead.
         self.cut_probability = 0.0
+        #: Close a connection (FIN: its client reads what came before) right after
+        #: forwarding a reply that contains these bytes: a server that confirms, then drops.
+        self.close_after: bytes | None = None
         #: What happens to connections accepted from now on.
         self.new_connections: NewConnections = "forward"
         self.port = 0
@@ -290,6 +294,10 @@ class Proxy:
                     break
                 writer.write(data)
                 await writer.drain()
+                if not from_client and self.close_after and self.close_after in data:
+                    self.cuts += 1
+                    writer.close()  # closing, so the cut below resets only the upstream
+                    break
         except (OSError, asyncio.IncompleteReadError):
             pass
         finally:
