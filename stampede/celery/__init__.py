@@ -251,7 +251,15 @@ class SingleFlightTask(Task):
             clear_mark(held.client, held.name, request.id)
         if acquired:
             return True
-        if holder_of(held.client, held.name) != request.id:
+        holder = holder_of(held.client, held.name)
+        if holder is None:
+            # Released between the attempt and this read (an earlier attempt of this task
+            # ending as its retry starts, say): the lock is free, so try it once more.
+            acquired, holder_left = held.attempt()
+            if acquired:
+                return True
+            holder = holder_of(held.client, held.name)
+        if holder != request.id:
             return False
         # The holder is an earlier delivery of this very message: its worker died and the
         # broker redelivered it (acks_late), or a retry was consumed before the previous
