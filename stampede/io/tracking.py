@@ -154,7 +154,10 @@ class Tracker:
         """Log ``error`` (rate-limited; with its traceback if unexpected) and return the pause
         before the next connect."""
         unexpected = not isinstance(error, (RedisError, OSError, ValueError))
-        return self._reconnects.failed(error, traceback=unexpected)
+        # A refusal is a setting to fix (an ACL user without CLIENT TRACKING), not an outage:
+        # the line says which, so the operator does not go looking for a network fault.
+        said = f"refused by Redis: {error}" if isinstance(error, ResponseError) else error
+        return self._reconnects.failed(said, traceback=unexpected)
 
     def _open(self, prefixes: tuple[bytes, ...]) -> Any:
         """Connect, turn tracking on for ``prefixes``, subscribe, and wait for the confirmation."""
