@@ -68,9 +68,9 @@ _WARNED_KEY = re.compile(r".{251}|.*[\x00-\x20\x7f]", re.DOTALL)
 # Per wrapped alias, full keys that passed its validate_key (bounded sets, cleared when full).
 _valid_keys: dict[str, dict[Any, bool]] = {}
 _VALID_KEYS_MAX = 10_000
-# Per wrapped alias and options, the process's near cache: backend objects are per thread,
-# copies are per process.
-_near_caches: dict[tuple[str, NearOptions], NearCache] = {}
+# Per wrapped alias, its server and options, the process's near cache: backend objects are
+# per thread, copies are per process.
+_near_caches: dict[tuple[str, str, NearOptions], NearCache] = {}
 _near_caches_lock = threading.Lock()
 
 
@@ -274,12 +274,15 @@ class StampedeCache(BaseCache):
         assert isinstance(store, RedisStore), "checked when built: the wrapped cache is Redis"
         # Django's default KEY_FUNCTION: "<KEY_PREFIX>:<VERSION>:<key>".
         prefix = options.prefix if options.prefix is not None else f"{self.key_prefix}:"
+        # The copies belong to one server: an alias that comes to name another (settings
+        # changed, as tests do) gets a near cache of its own, never the old server's copies
+        # or the tracking state its connection left.
+        server = repr(settings.CACHES.get(self._location, {}).get("LOCATION"))
+        identity = (self._location, server, options)
         with _near_caches_lock:
-            near = _near_caches.get((self._location, options))
+            near = _near_caches.get(identity)
             if near is None:
-                near = _near_caches[(self._location, options)] = NearCache(
-                    options.maxsize, options.ttl
-                )
+                near = _near_caches[identity] = NearCache(options.maxsize, options.ttl)
         return NearReads(near, store, prefix)
 
     # -- the stampede-safe fill -------------------------------------------------------------
