@@ -27,6 +27,8 @@ from typing import Any
 import pytest
 import redis as redis_py
 from django.core.cache import caches
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from stampede.testing import RedisServer
 from tests.django import workers
@@ -200,6 +202,13 @@ def test_cut_all_while_waiters_wait(start_redis, proxy_to, spawn, figure):
     client = admin(server)
     proxy = proxy_to(server)
     setting = caches_through(proxy, WAIT_TIMEOUT=60)
+    # A cut can come while a waiter's command is in flight: "every waiter listens" holds as
+    # soon as its SUBSCRIBE is confirmed, before its peek at the lock is answered, and each
+    # cut wakes every waiter to re-check. Without a retry that command fails and the waiter
+    # loads by itself (ON_REDIS_ERROR="load") and leaves, so it never listens again. One
+    # retry (redis-py retries 3 times in a client it builds itself) sends it again on a new
+    # connection; the listeners, what this test is about, never retry a command.
+    setting["backing"]["OPTIONS"]["retry"] = Retry(NoBackoff(), 1)
     results = SPAWN.Queue()
     holder_started, proceed = SPAWN.Event(), SPAWN.Event()
     spawn(
