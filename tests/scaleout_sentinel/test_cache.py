@@ -130,9 +130,10 @@ def test_woken_waiters_read_the_primary_while_the_replica_is_stale(settings, clu
         )
         replica_gets = command_calls(replica).get("get", 0)
         primary_gets = command_calls(primary).get("get", 0)
+        # Asked of the replica itself: django-redis's get() would read "a replica" as the
+        # sentinels see it, and under CLIENT PAUSE WRITE their hello PUBLISHes to it block, so
+        # past DOWN_AFTER_MS (a loaded machine) they call it down and that read goes to the primary.
         stale = replica.exists(FULL_KEY)
-        settings.CACHES = setting
-        via_replica = caches["backing"].get(KEY)  # django-redis reads a replica for get()
         replica.client_unpause()
 
     served = sum(1 for kind, result in got if kind == "ok" and result == ("value", BIG))
@@ -144,7 +145,7 @@ def test_woken_waiters_read_the_primary_while_the_replica_is_stale(settings, clu
     figure("loader calls", loads)
     assert loads == 1
     assert replica_gets == 0
-    assert stale == 0 and via_replica is None  # the replica was stale for real
+    assert stale == 0  # the replica was stale for real
     assert primary_gets >= 1  # woken waiters read the value from the primary
 
 
