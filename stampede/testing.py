@@ -23,6 +23,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -122,11 +123,22 @@ def server_version(binary: str) -> tuple[int, ...]:
     return tuple(int(part) for part in found.group(1).split("."))
 
 
+_ports_given: set[int] = set()
+_ports_lock = threading.Lock()
+
+
 def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now, and that this process
+    was never given before: a client of a stopped server (a reconnecting listener, say) must
+    never find a new server where its old one was."""
+    with _ports_lock:
+        while True:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = int(sock.getsockname()[1])
+            if port not in _ports_given:
+                _ports_given.add(port)
+                return port
 
 
 def _log_tail(log: Path) -> str:

@@ -9,6 +9,7 @@ a proxy (silent): then ``TTL`` bounds a copy's life.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import multiprocessing
 import os
 import pickle
@@ -33,12 +34,34 @@ def armed(cache):
     return cache.near.near
 
 
+_markers = itertools.count()
+
+
+def settled(cache):
+    """Wait until Redis's reports of every write made so far have reached ``cache``'s copies.
+
+    Redis sends its reports in the order of the writes, on one connection: once the report of a
+    write made now has arrived, so have those of the earlier ones. The marker is written through
+    the plain backing, which drops no copy itself, so only Redis's report can mark it.
+    """
+    from django.core.cache import caches
+
+    near = cache.near.near
+    marker = f"stampede-tests:settled:{next(_markers)}"
+    caches["backing"].set(marker, 1, 60)
+    reported = caches["backing"].make_key(marker)
+    wait_until(lambda: reported in near._tombstones, "Redis's reports of the writes so far")
+
+
 def kept(cache, key):
     """Read ``key`` until this process keeps a copy of it; return the value.
 
-    The first read after a write may not keep what it read: Redis's report of that write can
-    arrive after the read began, and then the read cannot tell it from a later write.
+    First every report of an earlier write must have arrived (``settled``): a late report of the
+    write that made ``key`` would otherwise drop the copy after it was kept. And the first read
+    after a write may not keep what it read: Redis's report of that write can arrive after the
+    read began, and then the read cannot tell it from a later write.
     """
+    settled(cache)
     wait_until(
         lambda: cache.get(key) is not None and cache.near.near.lookup(cache.make_key(key)),
         f"a copy of {key!r}",
@@ -259,6 +282,7 @@ def test_async_reads_use_the_same_copies(own_server_cache):
 
     async def scenario():
         await near_cache.aset("k", {"n": 1}, 60)
+        settled(near_cache)  # the report of that write can no longer drop the copy
         while not near_cache.near.near.lookup(near_cache.make_key("k")):
             assert await near_cache.aget("k") == {"n": 1}
         before = redis_gets(redis)
