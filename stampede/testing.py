@@ -32,6 +32,8 @@ _START_TIMEOUT = 10.0
 # How long a start-up that found another server on its port waits for its own child to exit
 # (it cannot bind the port) so that the error can quote the child's log.
 _FOREIGN_EXIT_WAIT = 2.0
+#: How many free ports ``RedisServer.start`` tries when the one it chose is taken meanwhile.
+_PORT_ATTEMPTS = 3
 _LOG_TAIL_LINES = 20
 
 
@@ -172,6 +174,9 @@ class RedisServer:
     def __init__(
         self, port: int | None = None, *extra_args: str, binary: str | None = None
     ) -> None:
+        #: A port the caller named is kept; one chosen here is changed if start-up loses the
+        #: free-port race (another process bound it between ``free_port`` and the server).
+        self._port_chosen_here = not port
         self.port = port or free_port()
         self.extra_args = extra_args
         #: The server binary to run; ``find_redis_server()``'s choice when None.
@@ -187,8 +192,23 @@ class RedisServer:
         """Start the server and return once it, and not another, answers on the port.
 
         Raises ``RedisServerStartError`` if it does not; the child is stopped and the working
-        directory removed first, so a failed start leaves nothing behind.
+        directory removed first, so a failed start leaves nothing behind. A port chosen here
+        that someone else took meanwhile (parallel test processes race for free ports) is
+        replaced by another, a few times, before giving up.
         """
+        for attempt in range(_PORT_ATTEMPTS):
+            try:
+                return self._start_once()
+            except RedisServerStartError as error:
+                lost_the_port = "already in use" in str(error) or "another server answers" in str(
+                    error
+                )
+                if not (self._port_chosen_here and lost_the_port) or attempt == _PORT_ATTEMPTS - 1:
+                    raise
+                self.port = free_port()
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> RedisServer:
         self._dir = tempfile.TemporaryDirectory(prefix="stampede-redis-")
         log = Path(self._dir.name) / "redis.log"
         try:

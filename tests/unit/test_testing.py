@@ -106,6 +106,30 @@ def test_start_reports_its_child_exiting_when_the_port_is_not_redis(recorded, te
     assert list(temp_root.iterdir()) == []
 
 
+def test_a_chosen_port_taken_meanwhile_is_replaced(recorded, temp_root, monkeypatch):
+    # Parallel test processes race for free ports: the port this server chose is bound by
+    # someone else before its redis-server starts.
+    import stampede.testing as testing
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports = iter([taken.getsockname()[1]])
+        real_free_port = testing.free_port
+        monkeypatch.setattr(testing, "free_port", lambda: next(ports, None) or real_free_port())
+
+        with RedisServer() as server:
+            assert server.port != taken.getsockname()[1]
+            client = redis_py.Redis.from_url(server.url)
+            try:
+                assert client.ping()
+            finally:
+                client.close()
+
+    assert [process.poll() is not None for process in recorded] == [True, True]
+    assert list(temp_root.iterdir()) == []
+
+
 def test_failed_launch_removes_its_directory(temp_root, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("STAMPEDE_REDIS_SERVER", str(temp_root / "no-such-redis-server"))
     server = RedisServer()
