@@ -62,20 +62,27 @@ def _note_older_connections(redis):
     _older = connection_ids(redis)
 
 
-def wait_for_the_whole_herd(herd: Herd, loader: Loader, client, peek: bool = True) -> None:
+def wait_for_the_whole_herd(
+    herd: Herd, loader: Loader, client, peek: bool = True, older: frozenset[int] | None = None
+) -> None:
     """Return once the first loader runs and every other caller waits for it.
 
     Every other process has subscribed to the key's wake-ups and (with ``peek``) looked at
     the lock, so it parks until the holder's message; every other caller has joined its
     process's flight. (Without ``peek``: a waiter on a short lock TTL contends again soon
     after its peek, so "every one has just peeked" may never be seen at once.)
+
+    ``older``: the connections on ``client``'s server to leave out, by id; by default those
+    open on the shared server before the test. A test on a server of its own passes that
+    server's (ids are per server: the shared server's say nothing of another's).
     """
     others = herd.processes_count - 1
+    older = _older if older is None else older
     assert loader.started.wait(60), "no loader started"
     wait_until(
         lambda: (
             subscribers(client, FULL_KEY) == others
-            and (not peek or peeked(client, _older) == others)
+            and (not peek or peeked(client, older) == others)
             and herd.all_joined()
         ),
         "every other process waits on the lock and every other caller on its flight",
@@ -182,10 +189,11 @@ def test_with_on_redis_error_load_every_caller_gets_a_value_when_redis_stops_mid
     calls = SPAWN.Value("i", 0)
     loader = blocking_first(None, calls=calls, value="value")
     client = redis_py.Redis.from_url(server.url)
+    older = connection_ids(client)
     with Herd(setting, mode, KEY, loader, processes=3, callers=5) as herd:
         try:
             herd.start()
-            wait_for_the_whole_herd(herd, loader, client)
+            wait_for_the_whole_herd(herd, loader, client, older=older)
         finally:
             client.close()
         server.stop()

@@ -26,8 +26,10 @@ from tests.helpers import numsub, run_concurrently, wait_until
 from tests.scaleout import redlock_workers
 from tests.scaleout.conftest import unreachable_url
 
-# Room for a loaded machine: never a tight wall-clock window.
-SLACK = 1.5
+# These bounds catch a hang (a call waiting on a frozen server for its TTL or for ever), never
+# pace a test: a loaded machine may run an event loop seconds late. How far past its timeout an
+# acquire really returns is a figure for the benchmarks, not an assertion here.
+SLACK = 10.0
 
 
 def holders_of(quorum, name) -> list[bytes | None]:
