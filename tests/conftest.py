@@ -11,6 +11,25 @@ import redis as redis_py
 from stampede.testing import RedisServer
 
 
+#: Test folders whose tests share servers started once per test process (session or module
+#: fixtures): under pytest-xdist each folder runs in one worker, so they start once, not once
+#: per worker.
+_SHARED_SERVERS = {
+    "scaleout_zk": "zookeeper",
+    "scaleout_cluster": "cluster",
+    "scaleout_sentinel": "sentinel",
+    "scaleout": "redlock-quorum",
+    "celery": "celery-workers",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        folder = item.path.parent.name
+        if folder in _SHARED_SERVERS:
+            item.add_marker(pytest.mark.xdist_group(_SHARED_SERVERS[folder]))
+
+
 @pytest.fixture(scope="session")
 def redis_server():
     with RedisServer() as server:

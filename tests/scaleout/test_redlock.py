@@ -288,10 +288,17 @@ def test_blocked_acquirer_is_woken_by_the_release_not_by_the_ttl(quorum):
         outcome["acquired"] = Redlock(quorum.clients, name, ttl=30).acquire(timeout=10)
         outcome["at"] = time.monotonic()
 
+    first = quorum.clients[0]
+    before = evalsha_calls(first)
     waiter = threading.Thread(target=wait, daemon=True)
     waiter.start()
-    first = quorum.clients[0]
-    wait_until(lambda: numsub(first, done_channel(name)) == 1, "the waiter subscribed", 10)
+    # It votes, subscribes, votes again (a release may have come before the subscription),
+    # and only then parks: wait for that second vote, not just the subscription.
+    wait_until(
+        lambda: numsub(first, done_channel(name)) == 1 and evalsha_calls(first) >= before + 2,
+        "the waiter subscribed and voted again",
+        10,
+    )
     parked_calls = evalsha_calls(first)
     time.sleep(1.0)
     # Parked, not polling: no vote at all while the holder keeps the lock.
