@@ -1,7 +1,7 @@
-"""Async twin of ``stampede.io.notify``: one pub/sub connection and listener task per event loop
-and pool.
+"""Async twin of ``stampede.io.notify`` and ``stampede.io.listener``: one pub/sub connection and
+listener task per event loop and pool.
 
-The rules are those of ``stampede.io.notify`` (confirmed subscribe, then a re-check; one
+The rules are those of ``stampede.io.listener`` (confirmed subscribe, then a re-check; one
 SUBSCRIBE per channel; one connect at a time; every waiter woken on a lost connection and again
 once resubscribed; a refused SUBSCRIBE raised, not reconnected), kept by the shared
 ``ChannelBook``. Everything runs on one event loop, so no lock is needed.
@@ -37,7 +37,7 @@ from ..io.channels import (
 )
 from ..io.clients import connection_pool_of, is_cluster
 from ..io.cluster_pubsub import apubsub_of, known_pubsub_of
-from ..io.notify import ACK_TIMEOUT
+from ..io.listener import ACK_TIMEOUT
 from ..io.reconnect import Backoff, FailureLog, Reconnects
 from .loops import loop_state
 
@@ -45,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 
 class Subscription:
-    """Async twin of :class:`stampede.io.notify.Subscription`."""
+    """Async twin of :class:`stampede.io.listener.Subscription`."""
 
     __slots__ = ("_event", "_notifier", "channel", "message", "revoked")
 
@@ -84,7 +84,7 @@ class Subscription:
 
 
 class Notifier:
-    """Async twin of :class:`stampede.io.notify.Notifier` (a listener task, not a thread)."""
+    """Async twin of :class:`stampede.io.listener.Notifier` (a listener task, not a thread)."""
 
     def __init__(
         self,
@@ -110,7 +110,7 @@ class Notifier:
     async def subscribe(
         self, channel: str | bytes, timeout: float | None = ACK_TIMEOUT
     ) -> Subscription:
-        """Async twin of :meth:`stampede.io.notify.Notifier.subscribe`."""
+        """Async twin of :meth:`stampede.io.listener.Notifier.subscribe`."""
         name = channel_name(channel)
         timeout = ACK_TIMEOUT if timeout is None else timeout
         deadline = time.monotonic() + timeout
@@ -139,7 +139,7 @@ class Notifier:
             # The connect this episode waited for was cut short: see the sync twin.
 
     async def _join(self, name: bytes) -> tuple[Subscription, Any, bool]:
-        """Async twin of ``stampede.io.notify.Notifier._join``."""
+        """Async twin of ``stampede.io.listener.Notifier._join``."""
         if self._closed:
             raise RedisConnectionError("notifier is closed")
         subscription = Subscription(self, name)
@@ -175,7 +175,7 @@ class Notifier:
             raise
 
     async def _connect(self, left: float) -> None:
-        """Async twin of ``stampede.io.notify.Notifier._connect``."""
+        """Async twin of ``stampede.io.listener.Notifier._connect``."""
         try:
             # Bounded: a Redis that accepts TCP but answers nothing must not hang us.
             connection = await asyncio.wait_for(self._open(left), left)
@@ -256,7 +256,7 @@ class Notifier:
             await self._reconnect(error)
 
     async def _reconnect(self, error: BaseException) -> None:
-        """Async twin of ``stampede.io.notify.Notifier._reconnect`` (``close()`` cancels the
+        """Async twin of ``stampede.io.listener.Notifier._reconnect`` (``close()`` cancels the
         listener task, and with it the pause)."""
         while True:
             await asyncio.sleep(self._book.reconnects.failed(error))
@@ -273,7 +273,7 @@ class Notifier:
                 error = exc
 
     async def close(self) -> None:
-        """Async twin of :meth:`stampede.io.notify.Notifier.close`."""
+        """Async twin of :meth:`stampede.io.listener.Notifier.close`."""
         self._closed = True
         connection, self._connection = self._connection, None
         self._book.close()

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..exceptions import LoaderError
+from .wakeup import FAILED, FILLED, FILLED_WITH_RECORD, kind_of
 
 
 class _Missing:
@@ -129,15 +130,8 @@ class Failure:
         raise self.exception
 
 
-# -- wake-up messages: what a release tells the waiters ----------------------------------------
+# -- wake-up messages: what a release tells the waiters (their kinds: ``wakeup.py``) -----------
 
-FILLED = b"filled"
-INVALIDATED = b"invalidated"
-#: The holder's result was ``DontCache``: every waiter loads for itself.
-NOT_SHARED = b"not-shared"
-_FAILED_PREFIX = b"failed:"
-#: A ``filled`` message that carries the stored record after it (see ``WAKEUP_VALUE_LIMIT``).
-FILLED_WITH_RECORD = FILLED + b":"
 #: Largest serialized record (bytes) that travels inside the ``filled`` wake-up message, so
 #: that waiting processes answer without a ``GET``. Larger records are re-read from the store:
 #: a publish is copied to every subscribed process, and a big one would delay them all.
@@ -145,7 +139,8 @@ WAKEUP_VALUE_LIMIT = 16 * 1024
 
 
 def failure_message(failure: Failure) -> bytes:
-    return _FAILED_PREFIX + pickle.dumps(failure)
+    """Return the ``FAILED`` wake-up message that hands ``failure`` to the waiters."""
+    return FAILED + pickle.dumps(failure)
 
 
 def travels_with_wakeup(outcome: bytes, size: int | None) -> bool:
@@ -183,9 +178,10 @@ def parse_wakeup(message: bytes | None, loads: Callable[[bytes], Any]) -> WakeUp
     """Return what ``message`` says; ``loads`` deserializes a record that travelled with it."""
     if not message:
         return TIMED_OUT
-    if message.startswith(_FAILED_PREFIX):
-        return WakeUp(message, failure=_failure_of(message[len(_FAILED_PREFIX) :]))
-    if message.startswith(FILLED_WITH_RECORD):
+    kind = kind_of(message)
+    if kind == FAILED:
+        return WakeUp(message, failure=_failure_of(message[len(FAILED) :]))
+    if kind == FILLED and message != FILLED:
         try:
             record = loads(message[len(FILLED_WITH_RECORD) :])
         except Exception:

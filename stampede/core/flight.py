@@ -36,9 +36,7 @@ from typing import Any
 
 from ..exceptions import WaitTimeout
 from .envelope import (
-    FILLED,
     MISSING,
-    NOT_SHARED,
     DontCache,
     Envelope,
     Failure,
@@ -46,6 +44,7 @@ from .envelope import (
     failure_message,
 )
 from .options import FillOptions
+from .wakeup import FILLED, NOT_SHARED
 
 # -- steps the driver performs, and what it sends back ------------------------------------------
 

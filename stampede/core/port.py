@@ -57,11 +57,13 @@ class FillLock(Protocol):
         ...
 
 
-class Guard(Protocol):
+class MissGuard(Protocol):
     """``bloom=``: consulted on a miss, before any lock; False answers for the loader.
 
     ``admits()`` returns False only for an item that was certainly never added (a Bloom filter
     has no false negatives). ``item`` is what it checks, for the ``NotFound`` it causes.
+    ``stampede.bloom.BloomGuard`` is the one shipped. Not ``stampede.Guard``, the public lock
+    of any code (``lock/guard.py``).
     """
 
     item: Any
@@ -69,6 +71,11 @@ class Guard(Protocol):
     def admits(self) -> bool: ...
 
     async def aadmits(self) -> bool: ...
+
+
+#: The former name, still imported by ``fill/filler.py`` and ``aio/filler.py``; remove it
+#: once they import ``MissGuard``.
+Guard = MissGuard
 
 
 class Store(Protocol):

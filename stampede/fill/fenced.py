@@ -27,12 +27,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from ..core import meta
-from ..core.envelope import FILLED_WITH_RECORD, INVALIDATED, MISSING, WakeUp, travels_with_wakeup
+from ..core.envelope import MISSING, WakeUp, travels_with_wakeup
 from ..core.flight import LockAttempt
 from ..core.keys import CacheKey, done_channel, epoch_key, meta_key, written_key
 from ..core.options import to_ms
+from ..core.wakeup import FILLED_WITH_RECORD, INVALIDATED, RELEASED
 from ..io import scripts
-from ..lock.rules import RELEASED
 from .store import RedisStore, WakeUps
 
 logger = logging.getLogger(__name__)

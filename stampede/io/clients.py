@@ -18,6 +18,8 @@ import weakref
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
+from . import sentinel
+
 _T = TypeVar("_T")
 
 _shared: dict[Hashable, Any] = {}
@@ -41,10 +43,9 @@ def for_url(url: str) -> Any:
     AUTH and TLS settings as the URL gives them."""
     if not isinstance(url, str) or not url:
         raise TypeError(f"url must be a Redis URL string; got {url!r}")
-    from . import sentinel
-
     if sentinel.is_sentinel_url(url):
-        return sentinel.client_for_url(url)
+        # Raises ValueError for a malformed URL before any connection, and shares nothing then.
+        return shared(("sentinel", url), lambda: sentinel.build_client(url))
     import redis
 
     return shared(("url", url), lambda: redis.Redis.from_url(url))
@@ -169,8 +170,6 @@ def async_twin(sync_client: Any, per_loop: weakref.WeakKeyDictionary[Any, Any]) 
     pool = getattr(sync_client, "connection_pool", None)
     if pool is None:
         return None
-    from . import sentinel
-
     if pool.connection_class.__name__.startswith("SentinelManaged"):
         return sentinel.async_twin(sync_client, per_loop)
     client = per_loop.get(pool)

@@ -8,7 +8,7 @@ channel to the notifier of the node that owns its slot now. On a cluster without
 pub/sub (Redis 6.2) the same routing carries plain ``SUBSCRIBE``s, which hear the ``PUBLISH``
 the cluster broadcasts to every node (``cluster_pubsub`` decides which, once per client).
 
-Rule: the machinery is ``notify.Notifier`` and ``channels.ChannelBook``, with the cluster's
+Rule: the machinery is ``listener.Notifier`` and ``channels.ChannelBook``, with the cluster's
 commands (``channels.SHARDED``, or ``channels.PLAIN`` on 6.2); only the routing lives here.
 
 Rule: a moved slot costs a re-check, never a hang.
@@ -20,7 +20,7 @@ Rule: a moved slot costs a re-check, never a hang.
   (an ``sunsubscribe`` nobody asked for): the waiters are woken (``Subscription.revoked``);
   the next ``wait`` subscribes on the new owner and returns at once, so the waiter checks
   Redis again: a release published while nobody listened on the new owner is not lost.
-- A broken connection wakes every waiter of that node (``notify``'s rule); waits stay bounded
+- A broken connection wakes every waiter of that node (``listener``'s rule); waits stay bounded
   by the callers' own timeouts.
 
 Rule: a subscribe that must try again (moved, being moved, owner unreachable) pauses as
@@ -49,7 +49,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from .channels import channel_name
 from .clients import PerProcess, connection_pool_of
 from .cluster_pubsub import pubsub_of
-from .notify import ACK_TIMEOUT, Notifier, Subscription
+from .listener import ACK_TIMEOUT, Notifier, Subscription
 from .reconnect import Backoff, FailureLog
 
 logger = logging.getLogger(__name__)

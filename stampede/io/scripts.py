@@ -3,6 +3,9 @@
 Rule: each script starts with a comment naming its KEYS, ARGV and return value.
 Rule: a script touches only keys derived from one name by ``keys.py``, so on Redis Cluster
 all of them share one hash slot.
+Rule: no wake-up message is written in Lua. A script publishes what its caller passes, or a
+kind from ``core/wakeup.py`` that ``run`` appends to its ARGV (``Script.kinds``): the kinds are
+named once, and a test reads back what a real Redis publishes.
 
 Scripts are not loaded up front: ``run`` tries ``EVALSHA`` and, when the server answers
 ``NOSCRIPT`` (first use, a restart, ``SCRIPT FLUSH``, a failover to a fresh replica), falls back
@@ -18,6 +21,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
+from ..core import wakeup
 from . import clients, cluster_pubsub
 
 
@@ -32,8 +36,13 @@ class Script:
     #: ``run`` passes ``PUBLISH``, or ``SPUBLISH`` on a cluster that has it
     #: (``publish_command``).
     publishes: bool = False
+    #: Wake-up kinds (``core.wakeup``) the script publishes on its own account, not its
+    #: caller's: ``run`` passes them as the ARGV after the publish command, in this order.
+    kinds: tuple[bytes, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.kinds and not self.publishes:
+            raise ValueError(f"script {self.name!r} has wake-up kinds but publishes nothing")
         object.__setattr__(self, "sha", hashlib.sha1(self.text.encode()).hexdigest())
 
 
@@ -89,8 +98,8 @@ COMMIT = Script(
 -- returns 1 when the lock was ours: the record is written, the lock released, the waiters
 -- told; 0 when it was not (nothing is written or released)
 -- ARGV[4] 0: no expiry, -1: no write; ARGV[8] "1" when there is a value, "0" when not (a
--- failure: its meta only). ARGV[9] PUBLISH, or SPUBLISH on a cluster (``run`` appends it:
--- ``Script.publishes``).
+-- failure: its meta only). ``run`` appends ARGV[9] PUBLISH, or SPUBLISH on a cluster
+-- (``Script.publishes``), and ARGV[10] the INVALIDATED message (``Script.kinds``).
 -- The value and its meta are written together, with one expiry: an empty part is deleted, so
 -- no meta of an earlier fill outlives this one. ARGV[7] "1" appends meta, newline and value
 -- to the message: a small record travels inside the wake-up, so waiting processes need no GET.
@@ -100,8 +109,8 @@ local holder = redis.call('GET', KEYS[2])
 if holder ~= ARGV[1] then
   if not holder then
     -- Nobody holds the lock (FLUSHALL, eviction, a force-release): the waiters would sleep
-    -- out the TTL they last saw; 'invalidated' sends them to contend now, as delete() does.
-    redis.call(ARGV[9], ARGV[5], 'invalidated')
+    -- out the TTL they last saw; INVALIDATED sends them to contend now, as delete() does.
+    redis.call(ARGV[9], ARGV[5], ARGV[10])
   end
   return 0
 end
@@ -128,6 +137,7 @@ end
 return 1
 """,
     publishes=True,
+    kinds=(wakeup.INVALIDATED,),
 )
 
 RELEASE = Script(
@@ -446,11 +456,15 @@ async def apublish_command(client: Any) -> str:
 
 
 def _with_publish(client: Any, script: Script, args: Sequence[Any]) -> Sequence[Any]:
-    return (*args, publish_command(client)) if script.publishes else args
+    if not script.publishes:
+        return args
+    return (*args, publish_command(client), *script.kinds)
 
 
 async def _awith_publish(client: Any, script: Script, args: Sequence[Any]) -> Sequence[Any]:
-    return (*args, await apublish_command(client)) if script.publishes else args
+    if not script.publishes:
+        return args
+    return (*args, await apublish_command(client), *script.kinds)
 
 
 def run(client: Any, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> Any:

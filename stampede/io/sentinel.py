@@ -19,8 +19,10 @@ for the primary's address whenever they connect, so a pool and a pub/sub listene
 failover by reconnecting, with no restart of the process. Never a replica's: a lock, a fill's
 reads and its wake-ups must all be on the primary.
 
-Rule: one client per URL per process (``clients.shared``, reset in a forked child), and a
-fresh asyncio client per event loop (``async_twin``): asyncio connections belong to a loop.
+Rule: this module builds; ``clients.for_url`` shares (one client per URL per process, reset
+in a forked child), and ``async_twin`` gives a fresh asyncio client per event loop: asyncio
+connections belong to a loop. So the imports point one way: ``clients`` uses this module,
+never the reverse.
 """
 
 from __future__ import annotations
@@ -31,8 +33,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
-
-from . import clients
 
 #: The URL schemes this module reads.
 SCHEMES = ("redis+sentinel://", "rediss+sentinel://")
@@ -253,7 +253,7 @@ _specs: weakref.WeakKeyDictionary[Any, SentinelURL] = weakref.WeakKeyDictionary(
 def build_client(url: str) -> Any:
     """Return a new ``redis.Redis`` for the primary of the service that ``url`` names.
 
-    Prefer ``client_for_url``: a client per call would cost a pool (and a connection) per call.
+    Prefer ``clients.for_url``: a client per call would cost a pool (and a connection) per call.
     """
     from redis.sentinel import Sentinel
 
@@ -267,14 +267,6 @@ def build_client(url: str) -> Any:
     client = master_for(spec.service_name, **spec.master_kwargs())
     _specs[client.connection_pool] = spec
     return client
-
-
-def client_for_url(url: str) -> Any:
-    """Return this process's client of the primary behind the Sentinel URL ``url``.
-
-    Raises ValueError (from ``parse_url``) for a malformed URL, before any connection.
-    """
-    return clients.shared(("sentinel", url), lambda: build_client(url))
 
 
 def build_async_client(url: str) -> Any:

@@ -11,7 +11,7 @@ dies with its connection (Redis's own advice is to flush local copies when it go
 near caches are disarmed (flushed, keeping nothing) the moment it breaks, and armed again
 (flushed once more) only once a new connection has tracking on and its subscription confirmed.
 
-Rule: its own connection, not the wake-up listener's (``notify.py``). That one connects when a
+Rule: its own connection, not the wake-up listener's (``listener.py``). That one connects when a
 fill first waits and serves waiters; this one must stay up as long as a near cache lives, and a
 new prefix means a new connection (a subscribed RESP2 connection cannot change its tracking),
 which must not wake every waiter of the process. It costs one more connection per process.

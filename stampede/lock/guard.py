@@ -29,6 +29,7 @@ from redis.exceptions import RedisError
 from ..core import keys
 from ..core import options as conf
 from ..core.keys import GUARD_PREFIX, holder_key, queued_key
+from ..core.wakeup import RELEASED
 from ..io import clients, scripts
 from . import watchdog
 from .mutex import Mutex
@@ -50,8 +51,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# What a release announces on the name's wake-up channel: any message wakes the waiters.
-_RELEASED = b"released"
 _Function = TypeVar("_Function", bound=Callable[..., Any])
 
 
@@ -317,7 +316,7 @@ def release_held_by(client: Any, name: str, holder: str) -> bool:
         client,
         scripts.RELEASE,
         (keys.lock_key(name),),
-        (token, keys.done_channel(name), _RELEASED),
+        (token, keys.done_channel(name), RELEASED),
     )
     scripts.run(client, scripts.COMPARE_DELETE, (holder_key(name),), (f"{token} {holder}",))
     return bool(released)

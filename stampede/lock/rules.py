@@ -13,12 +13,11 @@ from typing import Any, NamedTuple
 
 from ..core import events, keys
 from ..core import options as conf
+from ..core.wakeup import RELEASED as RELEASED  # the mutexes' release message, named there
 from ..exceptions import LockLost, LockTimeout
 
 logger = logging.getLogger(__name__)
 
-#: Payload published by a plain release; the fill protocol publishes its own outcome instead.
-RELEASED = b"released"
 # Wake up a little after the holder's TTL ends rather than a little before it.
 _EXPIRY_MARGIN = 0.002
 

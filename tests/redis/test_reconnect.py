@@ -77,7 +77,7 @@ def assert_bounded(attempts: int, lines: int) -> None:
 def test_listener_backs_off_from_a_server_that_drops_every_confirmed_subscription(
     proxy, redis, caplog
 ):
-    caplog.set_level(logging.DEBUG, "stampede.io.notify")
+    caplog.set_level(logging.DEBUG, "stampede.io.listener")
     client = redis_py.Redis.from_url(proxy.url)
     pool = client.connection_pool
     notifier = Notifier(pool.connection_class, pool.connection_kwargs)
@@ -86,7 +86,7 @@ def test_listener_backs_off_from_a_server_that_drops_every_confirmed_subscriptio
         proxy.close_after = b"subscribe"  # from now on every confirmed connection is closed
         proxy.cut_all()
         wait_until(lambda: proxy.cuts >= 3, "the listener failing again and again")
-        attempts, lines = measure(proxy, caplog, "stampede.io.notify")
+        attempts, lines = measure(proxy, caplog, "stampede.io.listener")
         proxy.close_after = None
         wait_until(
             lambda: redis.publish("flapping", b"back") == 1 and subscription.message == b"back",

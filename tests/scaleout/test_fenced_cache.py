@@ -9,8 +9,8 @@ import time
 import pytest
 from django.core.cache import caches
 
-from stampede.core.envelope import FILLED
 from stampede.core.keys import CacheKey
+from stampede.core.wakeup import FILLED
 from stampede.fill.fenced import FencedStore
 from stampede.lock.redlock import Redlock
 from tests.django import workers

@@ -20,7 +20,7 @@ from redis.sentinel import SentinelConnectionPool
 
 from stampede.core.envelope import WAKEUP_VALUE_LIMIT
 from stampede.core.keys import lock_key
-from stampede.io import sentinel
+from stampede.io import clients, sentinel
 from stampede.io.notify import notifier_for
 from tests.django import workers as django_workers
 from tests.django.workers import Background, HeldFill
@@ -234,8 +234,8 @@ def test_lock_url_sentinel_async_fill_loads_once(settings, cluster):
 def test_sentinel_url_client_is_shared_and_talks_to_the_primary(cluster):
     """One client per URL per process; its pool is the primary's; the asyncio builder too."""
     url = cluster.url(db=1)
-    client = sentinel.client_for_url(url)
-    assert sentinel.client_for_url(url) is client
+    client = clients.for_url(url)
+    assert clients.for_url(url) is client
     assert client.connection_pool.is_master
     client.set("written-through-sentinel", "1")
     with redis_py.Redis(port=cluster.primary.port, db=1) as primary:

@@ -20,7 +20,7 @@ import pytest
 import redis as redis_py
 
 from stampede.core.keys import lock_key
-from stampede.io import sentinel
+from stampede.io import clients
 from stampede.lock.mutex import Mutex
 from tests.helpers import SPAWN, wait_until
 from tests.scaleout_sentinel import workers
@@ -189,7 +189,7 @@ def test_lock_client_of_a_sentinel_url_follows_the_failover(own_sentinel_cluster
     """A Mutex on the shared ``redis+sentinel://`` client works again after the failover,
     without a new client, on the promoted replica; a waiter hears the release."""
     cluster = own_sentinel_cluster
-    client = sentinel.client_for_url(cluster.url() + "?socket_timeout=1")
+    client = clients.for_url(cluster.url() + "?socket_timeout=1")
     mutex = Mutex(client, "job", ttl=5)
     assert mutex.acquire(blocking=False)
     assert mutex.release()
@@ -203,7 +203,7 @@ def test_lock_client_of_a_sentinel_url_follows_the_failover(own_sentinel_cluster
             return False  # the pool's old connections to the dead primary, until they go
 
     wait_until(acquired, "a lock can be taken on the new primary", 30)
-    assert sentinel.client_for_url(cluster.url() + "?socket_timeout=1") is client
+    assert clients.for_url(cluster.url() + "?socket_timeout=1") is client
     with redis_py.Redis(port=cluster.replica.port) as promoted:
         assert promoted.info("replication")["role"] == "master"
         assert promoted.exists(lock_key("job-after")) == 1

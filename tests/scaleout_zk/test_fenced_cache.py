@@ -10,8 +10,8 @@ import pytest
 from django.core.cache import caches
 
 from stampede.contrib.zookeeper import ZooKeeperLock
-from stampede.core.envelope import FILLED
 from stampede.core.keys import CacheKey
+from stampede.core.wakeup import FILLED
 from stampede.fill.fenced import FencedStore
 from tests.django import workers
 from tests.helpers import run_concurrently

@@ -15,10 +15,7 @@ from typing import Any
 import pytest
 
 from stampede.core.envelope import (
-    FILLED,
-    INVALIDATED,
     MISSING,
-    NOT_SHARED,
     TIMED_OUT,
     DontCache,
     Envelope,
@@ -51,6 +48,7 @@ from stampede.core.flight import (
     timed_out,
 )
 from stampede.core.options import FillOptions
+from stampede.core.wakeup import FILLED, INVALIDATED, NOT_SHARED
 from stampede.exceptions import LoaderError, WaitTimeout
 
 NOW = 1_000_000.0  # wall clock, epoch seconds

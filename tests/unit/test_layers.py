@@ -22,6 +22,7 @@ FORBIDDEN = {
     "stampede.core.bloom": ("redis", "django", "celery"),
     "stampede.core.near": ("redis", "django", "celery"),
     "stampede.core.lockspec": ("redis", "django", "celery"),
+    "stampede.core.wakeup": ("redis", "django", "celery"),
     # The Redis I/O, the lock and the filler: redis, never Django or Celery.
     "stampede": ("redis", "django", "celery"),
     "stampede.fill.filler": ("django", "celery"),

@@ -24,7 +24,7 @@ from redis.exceptions import RedisError
 
 from stampede.backends import StampedeCache
 from stampede.core import events, keys
-from stampede.core.envelope import INVALIDATED
+from stampede.core.wakeup import INVALIDATED
 from stampede.io import scripts
 
 _SCAN_COUNT = 1000
