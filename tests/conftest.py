@@ -10,7 +10,6 @@ import redis as redis_py
 
 from stampede.testing import RedisServer
 
-
 #: Test folders whose tests share servers started once per test process (session or module
 #: fixtures): under pytest-xdist each folder runs in one worker, so they start once, not once
 #: per worker.
