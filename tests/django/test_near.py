@@ -9,6 +9,7 @@ a proxy (silent): then ``TTL`` bounds a copy's life.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import multiprocessing
 import os
@@ -19,6 +20,7 @@ import pytest
 import redis as redis_py
 from django.core.exceptions import ImproperlyConfigured
 
+from stampede.core.flight import SYSTEM_CLOCK, Clock
 from tests.django import near_workers, workers
 from tests.faults.proxy import Proxy
 from tests.helpers import wait_until
@@ -166,11 +168,21 @@ def test_a_flushed_database_flushes_the_copies(near_cache, redis):
     wait_until(lambda: near_cache.get("k") is None, "FLUSHDB to show")
 
 
+def shifted_clock(shift: list[float]) -> Clock:
+    """The real clock, ``shift[0]`` seconds ahead on the wall: soft expiry without waiting."""
+    return dataclasses.replace(SYSTEM_CLOCK, wall=lambda: time.time() + shift[0])
+
+
 def test_the_fill_drops_the_stale_copy(near_cache):
-    near_cache.get_or_load("k", lambda: "first", timeout=0.5, grace=30)
-    assert near_cache.get_or_load("k", lambda: "unused", timeout=0.5, grace=30) == "first"
-    time.sleep(0.6)  # stale (within grace): one caller refreshes, and its copy must go
-    near_cache.get_or_load("k", lambda: "second", timeout=60, grace=30)
+    shift = [0.0]
+    near_cache.filler.clock = shifted_clock(shift)
+    near_cache.get_or_load("k", lambda: "first", timeout=60, grace=300)
+    kept(near_cache, "k")
+    assert near_cache.get_or_load("k", lambda: pytest.fail("loaded"), timeout=60, grace=300) == (
+        "first"
+    )
+    shift[0] = 61.0  # stale (within grace): one caller refreshes, and its copy must go
+    near_cache.get_or_load("k", lambda: "second", timeout=60, grace=300)
     wait_until(lambda: near_cache.get("k") == "second", "the refreshed value")
 
 
@@ -185,16 +197,23 @@ def test_lru_bound(make_cache):
 
 
 def test_a_copy_does_not_outlive_its_key(near_cache):
-    # Redis reports an expiry only when it deletes the key, which for an idle key may be late.
-    near_cache.set("short", "value", 1)  # Django's RedisCache keeps whole seconds
+    # Redis reports an expiry only when it deletes the key, which for an idle key may be late:
+    # so a copy carries its key's deadline, read with it (PTTL). The near cache's clock is moved
+    # on, rather than waiting for Redis: the key still exists, and a read past the deadline
+    # must go to Redis all the same.
+    near = near_cache.near.near
+    shift = [0.0]
+    near._timer = lambda: time.monotonic() + shift[0]
+    near_cache.set("short", "value", 60)
+    near_cache.get_or_load("filled", lambda: "v", timeout=60)
     assert kept(near_cache, "short") == "value"
-    time.sleep(1.3)
-    assert near_cache.get("short") is None
-    assert near_cache.get_many(["short"]) == {}
-    near_cache.get_or_load("filled", lambda: "v", timeout=0.5)
-    kept(near_cache, "filled")
-    time.sleep(0.7)
-    assert near_cache.get("filled") is None
+    assert kept(near_cache, "filled") == "v"
+    shift[0] = 50.0  # before the keys' time (the near cache's own TTL runs on the real clock)
+    assert near.lookup(near_cache.make_key("short")) is not None
+    assert near.lookup(near_cache.make_key("filled")) is not None
+    shift[0] = 61.0  # past it
+    assert near.lookup(near_cache.make_key("short")) is None
+    assert near.lookup(near_cache.make_key("filled")) is None
 
 
 def test_absent_keys_are_not_kept(near_cache):
@@ -221,7 +240,7 @@ def test_killed_tracking_connection_flushes_and_rearms(near_cache, redis):
 
 @pytest.mark.slow
 def test_a_silent_tracking_connection_bounds_copies_by_ttl(settings, redis, redis_server):
-    ttl = 1.0
+    ttl = 3.0  # long enough that the reads below fit in it on a loaded machine
     with Proxy(redis_server.port) as proxy:
         settings.CACHES = workers.caches_config(proxy.url, NEAR_CACHE={"MAXSIZE": 10, "TTL": ttl})
         from django.core.cache import caches
