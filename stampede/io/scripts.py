@@ -90,6 +90,20 @@ return {0}
 """,
 )
 
+#: The write both commits share (``ttl`` is ARGV[4] in each): a key and its meta beside it are
+#: set with one expiry, or deleted when there is nothing to hold.
+_WRITE_PART = """local ttl = tonumber(ARGV[4])
+local function write(key, present, data)
+  if not present then
+    redis.call('DEL', key)
+  elseif ttl > 0 then
+    redis.call('SET', key, data, 'PX', ttl)
+  else
+    redis.call('SET', key, data)
+  end
+end
+"""
+
 COMMIT = Script(
     "commit",
     """
@@ -114,17 +128,9 @@ if holder ~= ARGV[1] then
   end
   return 0
 end
-local ttl = tonumber(ARGV[4])
-local function write(key, present, data)
-  if not present then
-    redis.call('DEL', key)
-  elseif ttl > 0 then
-    redis.call('SET', key, data, 'PX', ttl)
-  else
-    redis.call('SET', key, data)
-  end
-end
-if ttl >= 0 then
+"""
+    + _WRITE_PART
+    + """if ttl >= 0 then
   write(KEYS[1], ARGV[8] == '1', ARGV[2])
   write(KEYS[3], ARGV[3] ~= '', ARGV[3])
 end
@@ -368,17 +374,9 @@ local written = tonumber(redis.call('GET', KEYS[2]) or '-1')
 if token < written then
   return 0
 end
-local ttl = tonumber(ARGV[4])
-local function write(key, present, data)
-  if not present then
-    redis.call('DEL', key)
-  elseif ttl > 0 then
-    redis.call('SET', key, data, 'PX', ttl)
-  else
-    redis.call('SET', key, data)
-  end
-end
-if ttl >= 0 then
+"""
+    + _WRITE_PART
+    + """if ttl >= 0 then
   write(KEYS[1], ARGV[10] == '1', ARGV[3])
   write(KEYS[4], ARGV[9] ~= '', ARGV[9])
   local keep = math.max(ttl, tonumber(ARGV[8]))
