@@ -182,8 +182,15 @@ class Clock:
     random: Callable[[], float]  # uniform in (0, 1]
 
 
+#: The protocol's own random numbers: a generator of its own, not the ``random`` module's
+#: shared one, so drawing from it in any thread changes no one else's sequence (a seeded
+#: simulation, or a property-based test generating its examples, in the same process).
+_random = random.Random()
+
 #: The real clock; tests pass their own. (Referencing the functions reads no time here.)
-SYSTEM_CLOCK = Clock(wall=time.time, monotonic=time.monotonic, random=lambda: 1.0 - random.random())
+SYSTEM_CLOCK = Clock(
+    wall=time.time, monotonic=time.monotonic, random=lambda: 1.0 - _random.random()
+)
 
 # -- judging a record ----------------------------------------------------------------------------
 

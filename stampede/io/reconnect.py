@@ -53,14 +53,16 @@ class Backoff:
         cap: float | None = None,
         healthy: float | None = None,
         clock: Clock = time.monotonic,
-        rand: Callable[[], float] = random.random,
+        rand: Callable[[], float] | None = None,
     ) -> None:
         # Module constants read at construction, not bound as defaults, so a test may set them.
         self.base = BASE if base is None else base
         self.cap = CAP if cap is None else cap
         self.healthy = HEALTHY if healthy is None else healthy
         self._clock = clock
-        self._rand = rand
+        # A generator of its own by default, never the random module's shared one: a
+        # reconnect loop in a background thread must not move another's seeded sequence.
+        self._rand = rand if rand is not None else random.Random().random
         self._failures = 0  # since the last healthy stretch
         self._up_since: float | None = None
 
