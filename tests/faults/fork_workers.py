@@ -144,14 +144,21 @@ def _wait_once(cache: Any, other: Any, url: str, key: str) -> tuple[Any, ...]:
 
     ``other`` is a second StampedeCache over the same Redis (another flight group), so this
     caller waits through Redis, as another process would, and is woken by the wake-up
-    listener of its process. The fill finishes once this caller is subscribed.
+    listener of its process. The fill finishes once this caller has subscribed and then looked
+    at the lock (its ``PTTL``, the last step before it parks): released any earlier, between
+    its subscription and its own lock attempt, it would take the free lock and find the value
+    without ever waiting.
     """
     client = client_for(url)
     holder = workers.HeldFill(other, key, url, f"loads:{key}", f"{key}-value")
+    peeks = _pttl_calls(client)
 
     def release_when_waiting() -> None:
         try:
-            wait_until(lambda: subscribers(client, FULL.format(key)) == 1, "a waiter listens")
+            wait_until(
+                lambda: subscribers(client, FULL.format(key)) == 1 and _pttl_calls(client) > peeks,
+                "a waiter listens and has looked at the lock",
+            )
         finally:
             holder.finish()
 
@@ -161,6 +168,11 @@ def _wait_once(cache: Any, other: Any, url: str, key: str) -> tuple[Any, ...]:
     got = workers.outcome(lambda: cache.get_or_set(key, loader, 60))
     releaser.join(60)
     return got
+
+
+def _pttl_calls(client: Any) -> int:
+    """How many ``PTTL`` commands the server has run: only a parked-to-be waiter sends one here."""
+    return int(client.info("commandstats").get("cmdstat_pttl", {}).get("calls", 0))
 
 
 def _send(fd: int, **message: Any) -> None:

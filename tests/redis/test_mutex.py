@@ -333,15 +333,15 @@ def test_waiting_costs_no_commands_however_long_the_holder_keeps_the_lock(redis,
 
 def test_auto_renew_keeps_the_lock_past_its_ttl(redis):
     name = "renewed"
-    # Renewed every ttl / 3 = 0.5 s, the lock is lost only if a renewal is a full 1 s late.
-    # Unrenewed, it is gone 1.5 s after the acquire, long before the last sample (>= 3.5 s).
-    ttl = 1.5
+    # Renewed every ttl / 3 = 1 s, the lock is lost only if a renewal is a full 2 s late.
+    # Unrenewed, it is gone 3 s after the acquire, long before the last sample (>= 7 s).
+    ttl = 3.0
     mutex = Mutex(redis, name, ttl=ttl, auto_renew=True)
     assert mutex.acquire()
     token = redis.get(lock_key(name))
     fence = mutex.fencing_token
     samples = []
-    held_until = time.monotonic() + 3.5
+    held_until = time.monotonic() + 7.0
     while time.monotonic() < held_until:
         samples.append((redis.pttl(lock_key(name)), redis.get(lock_key(name))))
         time.sleep(0.1)

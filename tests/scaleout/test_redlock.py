@@ -240,11 +240,12 @@ def test_leaving_a_with_block_whose_majority_was_lost_raises_lock_lost(quorum):
 
 def test_auto_renew_keeps_the_lock_past_its_ttl(quorum):
     name = "renewed"
-    lock = Redlock(quorum.clients, name, ttl=1.5, auto_renew=True)
+    # Renewed every 1 s, lost only if a renewal is 2 s late; unrenewed, gone long before 7 s.
+    lock = Redlock(quorum.clients, name, ttl=3.0, auto_renew=True)
     assert lock.acquire()
     token = lock.token.encode()
     samples = []
-    held_until = time.monotonic() + 3.5
+    held_until = time.monotonic() + 7.0
     while time.monotonic() < held_until:
         samples.append(holders_of(quorum, name))
         time.sleep(0.1)
@@ -386,9 +387,9 @@ def test_async_auto_renew_keeps_the_lock_then_reports_the_majority_lost(quorum):
 
     async def scenario() -> None:
         clients = async_clients(quorum)
-        lock = AsyncRedlock(clients, "aio-renewed", ttl=1, auto_renew=True, on_lost=called.append)
+        lock = AsyncRedlock(clients, "aio-renewed", ttl=3, auto_renew=True, on_lost=called.append)
         assert await lock.acquire()
-        await asyncio.sleep(2.0)  # twice the ttl
+        await asyncio.sleep(6.5)  # past twice the ttl: only renewals keep it
         assert holders_of(quorum, "aio-renewed") == [lock.token.encode()] * 5
         assert lock.lost is False
         quorum.down(1, 2, 3)
