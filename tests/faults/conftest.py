@@ -9,6 +9,7 @@ that file into the table of ``docs/reliability.md``.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -75,10 +76,16 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     rows = session.config.stash.get(_ROWS, {})
     if not path or not rows:
         return
-    target = Path(path)
-    merged = json.loads(target.read_text()) if target.exists() else {}
-    merged.update(rows)
-    target.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
+    # Each pytest-xdist worker merges its own rows in: one at a time, under a lock on the file.
+    with open(path, "a+") as target:
+        fcntl.flock(target, fcntl.LOCK_EX)
+        target.seek(0)
+        text = target.read()
+        merged = json.loads(text) if text.strip() else {}
+        merged.update(rows)
+        target.seek(0)
+        target.truncate()
+        target.write(json.dumps(merged, indent=2, sort_keys=True) + "\n")
 
 
 @pytest.fixture
