@@ -14,6 +14,8 @@ import contextlib
 import weakref
 from typing import Any
 
+from ..core import process
+
 
 class LoopState:
     """What the asyncio twins keep for one event loop."""
@@ -55,3 +57,17 @@ def loop_state() -> LoopState:
         state = _states[loop] = LoopState()
         state.janitor = loop.create_task(state._clean_up_at_shutdown(), name="stampede-janitor")
     return state
+
+
+def _forget_in_child() -> None:
+    # A forked child's loops, if it runs one, are its own: the parent's connections and
+    # janitors stay the parent's (a janitor cancelled in the child would close them).
+    global _states
+    _states = weakref.WeakKeyDictionary()
+
+
+process.own(
+    "event loops' listeners and clients",
+    forget=_forget_in_child,
+    held=lambda: sum(len(state.notifiers) + len(state.clients) for state in list(_states.values())),
+)

@@ -62,7 +62,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "stampede.contrib.zookeeper needs kazoo: pip install django-stampede[zookeeper]"
     ) from exc
 
-from ..core import events
+from ..core import events, process
 from ..core import options as conf
 from ..exceptions import LockLost, LockTimeout
 from ..lock import watchdog
@@ -188,7 +188,11 @@ def _forget_parent_state() -> None:
 
 
 atexit.register(_close_shared_clients)
-os.register_at_fork(after_in_child=_forget_parent_state)
+process.own(
+    "ZooKeeper clients",
+    forget=_forget_parent_state,
+    held=lambda: len(_clients) + len(_starting) + len(_failed),
+)
 
 
 # -- the lock --------------------------------------------------------------------------------

@@ -29,7 +29,6 @@ happened since; otherwise this timeline would keep a stale copy until ``TTL``::
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import weakref
@@ -41,6 +40,7 @@ from typing import Any, NamedTuple
 from cachetools import TTLCache
 
 from . import options as conf
+from . import process
 
 #: How many recent invalidations a near cache remembers for racing readers (see ``admit``).
 #: A reader whose stamp is older than the oldest one remembered simply does not store.
@@ -229,4 +229,6 @@ def _disarm_all_in_child() -> None:
         near.disarm()
 
 
-os.register_at_fork(after_in_child=_disarm_all_in_child)
+process.own(
+    "near caches", forget=_disarm_all_in_child, held=lambda: sum(near.armed for near in list(_live))
+)

@@ -16,14 +16,13 @@ by ``wait_timeout`` itself, and its ``on_timeout`` or ``on_redis_error`` result 
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import weakref
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from ..core import events
+from ..core import events, process
 from ..core.envelope import MISSING
 
 
@@ -189,4 +188,8 @@ def _forget_parent_state() -> None:
     _groups_lock = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_forget_parent_state)
+process.own(
+    "flight groups",
+    forget=_forget_parent_state,
+    held=lambda: sum(len(group._flights) for group in list(_every_group)),
+)

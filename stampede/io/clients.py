@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import threading
 import weakref
 from collections.abc import Callable, Hashable
-from typing import Any, Generic, TypeVar
+from typing import Any
 
+from ..core import process
 from . import sentinel
-
-_T = TypeVar("_T")
 
 _shared: dict[Hashable, Any] = {}
 _shared_lock = threading.Lock()
@@ -201,42 +199,54 @@ def _init_parameters(cls: type) -> set[str]:
     return names
 
 
-def _forget_parent_state() -> None:
+def _forget_shared_in_child() -> None:
     # A forked child must not share the parent's sockets: it builds its own clients.
     global _shared_lock
     _shared.clear()
     _shared_lock = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_forget_parent_state)
+def _release_shared(matches: Callable[[Any], bool]) -> int:
+    with _shared_lock:
+        chosen = [(identity, client) for identity, client in _shared.items() if matches(client)]
+        for identity, _ in chosen:
+            del _shared[identity]
+    for _, client in chosen:
+        client.close()
+    return len(chosen)
 
 
-class PerProcess(Generic[_T]):
-    """One object per owner (a connection pool, a cluster client) per process.
+process.own(
+    "clients shared by URL",
+    forget=_forget_shared_in_child,
+    held=lambda: len(_shared),
+    release=_release_shared,
+)
 
-    Built on first use, closed when its owner is collected, and forgotten in a forked child:
-    the child shares the parent's sockets but inherits none of its threads, so it builds its
-    own and must never close (let alone read) the parent's connections.
+
+# -- one server's share of what the process holds ---------------------------------------------
+
+
+def serves(owner: Any, host: str, port: int) -> bool:
+    """Return True if ``owner`` (a pool, a client, a cluster client) connects to ``host:port``.
+
+    A cluster client matches when any node it knows is there; a Sentinel-managed pool never
+    does (its address is the sentinels' answer, not an argument).
     """
+    if hasattr(owner, "get_nodes"):
+        return any(node.host == host and int(node.port) == port for node in owner.get_nodes())
+    pool = owner if hasattr(owner, "connection_kwargs") else getattr(owner, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None) or {}
+    return kwargs.get("host") == host and int(kwargs.get("port", 0) or 0) == port
 
-    def __init__(self, build: Callable[[Any], _T], close: Callable[[_T], object]) -> None:
-        self._build = build
-        self._close = close
-        self._reset()
-        os.register_at_fork(after_in_child=self._reset)
 
-    def _reset(self) -> None:
-        self._objects: weakref.WeakKeyDictionary[Any, _T] = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()
+def release_server(host: str, port: int) -> int:
+    """Close everything this process holds for the Redis server at ``host:port``; return how
+    many objects were closed.
 
-    def get(self, owner: Any) -> _T:
-        """Return ``owner``'s object, building it on first use."""
-        found = self._objects.get(owner)
-        if found is not None:
-            return found
-        with self._lock:
-            found = self._objects.get(owner)
-            if found is None:
-                found = self._objects[owner] = self._build(owner)
-                weakref.finalize(owner, self._close, found)
-        return found
+    Its wake-up listeners, its near caches' trackers (their near caches are disarmed), the
+    clients shared by URL: none of them reconnects to it afterwards. A later use of one of its
+    pools builds anew. For a server that is stopped for good (a test's own, say), or whose
+    address is reused by another.
+    """
+    return process.release(lambda owner: serves(owner, host, port))

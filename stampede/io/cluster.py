@@ -46,8 +46,9 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from ..core.process import PerProcess
 from .channels import channel_name
-from .clients import PerProcess, connection_pool_of
+from .clients import connection_pool_of
 from .cluster_pubsub import pubsub_of
 from .listener import ACK_TIMEOUT, Notifier, Subscription
 from .reconnect import Backoff, FailureLog
@@ -209,7 +210,9 @@ def _pool_of_node(node: Any, cluster: Any) -> Any:
 
 # -- one router per cluster client per process -------------------------------------------------
 
-_routers: PerProcess[ShardedNotifiers] = PerProcess(ShardedNotifiers, ShardedNotifiers.close)
+_routers: PerProcess[ShardedNotifiers] = PerProcess(
+    "cluster wake-up routers", ShardedNotifiers, ShardedNotifiers.close
+)
 
 
 def sharded_notifiers_for(cluster: Any) -> ShardedNotifiers:

@@ -5,7 +5,7 @@ subscribe, then one more check of Redis; a broken connection wakes everyone) are
 listener's (``listener.Notifier``).
 
 Rule: one listener per connection pool per process, forgotten in a forked child
-(``clients.PerProcess``); on a Redis Cluster, the client's sharded router (``cluster``), which
+(``core.process.PerProcess``); on a Redis Cluster, the client's sharded router (``cluster``), which
 keeps one listener per node and subscribes each channel on the node that owns its slot.
 
 Rule: the imports point one way: this module chooses between ``listener`` and ``cluster``,
@@ -16,14 +16,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from .clients import PerProcess, connection_pool_of, is_cluster
+from ..core.process import PerProcess
+from .clients import connection_pool_of, is_cluster
 from .cluster import ShardedNotifiers, sharded_notifiers_for
 from .listener import ACK_TIMEOUT, Notifier, Subscription
 
 __all__ = ["ACK_TIMEOUT", "Notifier", "ShardedNotifiers", "Subscription", "notifier_for"]
 
 _notifiers: PerProcess[Notifier] = PerProcess(
-    lambda pool: Notifier(pool.connection_class, pool.connection_kwargs), Notifier.close
+    "wake-up listeners",
+    lambda pool: Notifier(pool.connection_class, pool.connection_kwargs),
+    Notifier.close,
 )
 
 

@@ -31,8 +31,9 @@ from typing import Any
 from redis.exceptions import RedisError, ResponseError
 
 from ..core.near import NearCache
+from ..core.process import PerProcess
 from .channels import ConnectTimeouts, listener_connection_kwargs
-from .clients import PerProcess, connection_pool_of
+from .clients import connection_pool_of
 from .reconnect import Reconnects
 from .redis_internals import block_reads
 
@@ -266,7 +267,9 @@ def covering(nears: dict[bytes, Any]) -> tuple[bytes, ...]:
 # -- one tracker per connection pool per process -------------------------------------------------
 
 _trackers: PerProcess[Tracker] = PerProcess(
-    lambda pool: Tracker(pool.connection_class, pool.connection_kwargs), Tracker.close
+    "near cache trackers",
+    lambda pool: Tracker(pool.connection_class, pool.connection_kwargs),
+    Tracker.close,
 )
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
+
+from ..core import process
 
 logger = logging.getLogger(__name__)
 
@@ -106,4 +107,4 @@ def _forget_parent_state() -> None:
     _watchdog = Watchdog()
 
 
-os.register_at_fork(after_in_child=_forget_parent_state)
+process.own("the renewal watchdog", forget=_forget_parent_state, held=lambda: len(_watchdog._heap))
