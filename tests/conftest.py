@@ -9,6 +9,7 @@ import pytest
 import redis as redis_py
 
 from stampede.testing import RedisServer
+from tests.helpers import release_servers, stop_server
 
 #: Test folders whose tests share servers started once per test process (session or module
 #: fixtures): under pytest-xdist each folder runs in one worker, so they start once, not once
@@ -33,6 +34,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def redis_server():
     with RedisServer() as server:
         yield server
+        release_servers(server.port)
 
 
 @pytest.fixture
@@ -65,4 +67,4 @@ def fresh_redis_server():
     """A server of this test's own, which it may stop, kill or restart."""
     server = RedisServer().start()
     yield server
-    server.stop()
+    stop_server(server)

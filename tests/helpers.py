@@ -21,6 +21,7 @@ from typing import Any
 import redis as redis_py
 
 from stampede.core import keys
+from stampede.io import clients
 
 SPAWN = multiprocessing.get_context("spawn")
 
@@ -157,3 +158,18 @@ def subscribers(client, name: str | bytes) -> int:
     For a Django cache key, ``name`` is the full key: ``":1:report"`` for ``"report"``.
     """
     return numsub(client, keys.done_channel(name))
+
+
+def release_servers(*ports: int) -> None:
+    """Close what this process holds for the servers on ``ports`` of 127.0.0.1: their
+    listeners and near cache trackers would otherwise reconnect to them, and log each
+    failure, for the rest of the run."""
+    for port in ports:
+        clients.release_server("127.0.0.1", port)
+
+
+def stop_server(server: Any) -> None:
+    """Stop a test's own ``server`` (a ``stampede.testing.RedisServer``), leaving nothing of
+    this process reconnecting to it."""
+    release_servers(server.port)
+    server.stop()

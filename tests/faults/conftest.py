@@ -21,6 +21,7 @@ from django.core.cache import caches
 
 from stampede.testing import RedisServer
 from tests.django.workers import caches_config
+from tests.helpers import stop_server
 
 FIGURES_ENV = "STAMPEDE_FIGURES"
 _ROWS = pytest.StashKey[dict[str, dict[str, Any]]]()
@@ -115,4 +116,4 @@ def start_redis() -> Iterator[Callable[..., RedisServer]]:
 
     yield start
     for server in started:
-        server.stop()
+        stop_server(server)

