@@ -26,6 +26,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from ..io import factory
 from ..io.channels import (
     PLAIN,
     ChannelBook,
@@ -39,6 +40,7 @@ from ..io.clients import connection_pool_of, is_cluster
 from ..io.cluster_pubsub import apubsub_of, known_pubsub_of
 from ..io.listener import ACK_TIMEOUT
 from ..io.reconnect import Backoff, FailureLog, Reconnects
+from ..io.redis_internals import node_connection_kwargs
 from .loops import loop_state
 
 logger = logging.getLogger(__name__)
@@ -201,7 +203,7 @@ class Notifier:
 
     async def _open(self, left: float) -> Any:
         kwargs = dict(self._connection_kwargs, **self._timeouts.attempt(left))
-        connection = self._connection_class(**kwargs)
+        connection = factory.connection(self._connection_class, kwargs)
         try:
             await connection.connect()
         except BaseException:
@@ -400,8 +402,7 @@ class ShardedNotifiers:
         if notifier is None:
             # An asyncio cluster node holds its connection class and arguments itself.
             template = node if hasattr(node, "connection_kwargs") else cluster.get_default_node()
-            kwargs = dict(template.connection_kwargs, host=node.host, port=node.port)
-            kwargs.pop("redis_connect_func", None)
+            kwargs = node_connection_kwargs(template.connection_kwargs, node.host, node.port)
             notifier = Notifier(template.connection_class, kwargs, known_pubsub_of(cluster))
             self._notifiers[node.name] = notifier
         return notifier

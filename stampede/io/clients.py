@@ -11,14 +11,13 @@ once its object is collected, and a new pool must never inherit a dead pool's cl
 from __future__ import annotations
 
 import functools
-import inspect
 import threading
 import weakref
 from collections.abc import Callable, Hashable
 from typing import Any
 
 from ..core import process
-from . import sentinel
+from . import factory, redis_internals, sentinel
 
 _shared: dict[Hashable, Any] = {}
 _shared_lock = threading.Lock()
@@ -44,9 +43,7 @@ def for_url(url: str) -> Any:
     if sentinel.is_sentinel_url(url):
         # Raises ValueError for a malformed URL before any connection, and shares nothing then.
         return shared(("sentinel", url), lambda: sentinel.build_client(url))
-    import redis
-
-    return shared(("url", url), lambda: redis.Redis.from_url(url))
+    return shared(("url", url), lambda: factory.client_from_url(url))
 
 
 def connection_pool_of(client: Any) -> Any:
@@ -60,8 +57,7 @@ def connection_pool_of(client: Any) -> Any:
     pool = getattr(client, "connection_pool", None)
     if pool is None and hasattr(client, "get_default_node"):
         node = client.get_default_node()
-        connection = getattr(node, "redis_connection", None)
-        pool = node if connection is None else connection.connection_pool
+        pool = redis_internals.pool_of_node(node) or node
     if pool is None:
         raise TypeError(f"expected a redis-py client with a connection pool; got {client!r}")
     return pool
@@ -139,24 +135,6 @@ def fast_mget(client: Any) -> Callable[..., Any]:
 
 # -- asyncio twins: one per event loop and sync pool -------------------------------------------
 
-# Connection arguments that hold sync-only objects, or per-connection state the async pool
-# makes itself.
-_SYNC_ONLY = {
-    "parser_class",
-    "retry",
-    "event_dispatcher",
-    "maint_notifications_pool_handler",
-    "maint_notifications_config",
-    "oss_cluster_maint_notifications_handler",
-    "maintenance_state",
-    "maintenance_notification_hash",
-    "orig_host_address",
-    "orig_socket_timeout",
-    "orig_socket_connect_timeout",
-    "himport_registry",
-    "redis_connect_func",
-}
-
 
 def async_twin(sync_client: Any, per_loop: weakref.WeakKeyDictionary[Any, Any]) -> Any:
     """Return a ``redis.asyncio`` client for the server of ``sync_client``, or None.
@@ -173,30 +151,10 @@ def async_twin(sync_client: Any, per_loop: weakref.WeakKeyDictionary[Any, Any]) 
     client = per_loop.get(pool)
     if client is not None:
         return client
-    import redis.asyncio
-    import redis.asyncio.connection as async_connection
-
-    connection_class = getattr(async_connection, pool.connection_class.__name__, None)
-    if connection_class is None:
-        return None
-    accepted = _init_parameters(connection_class)
-    kwargs = {
-        name: value
-        for name, value in pool.connection_kwargs.items()
-        if name in accepted and name not in _SYNC_ONLY
-    }
-    async_pool = async_connection.ConnectionPool(connection_class=connection_class, **kwargs)
-    client = per_loop[pool] = redis.asyncio.Redis(connection_pool=async_pool)
+    client = factory.async_twin_of_pool(pool)
+    if client is not None:
+        per_loop[pool] = client
     return client
-
-
-def _init_parameters(cls: type) -> set[str]:
-    names: set[str] = set()
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is not None:
-            names.update(inspect.signature(init).parameters)
-    return names
 
 
 def _forget_shared_in_child() -> None:

@@ -52,6 +52,7 @@ from .clients import connection_pool_of
 from .cluster_pubsub import pubsub_of
 from .listener import ACK_TIMEOUT, Notifier, Subscription
 from .reconnect import Backoff, FailureLog
+from .redis_internals import node_connection_kwargs, pool_of_node
 
 logger = logging.getLogger(__name__)
 
@@ -175,10 +176,7 @@ class ShardedNotifiers:
             notifier = self._notifiers.get(node.name)
             if notifier is None:
                 pool = _pool_of_node(node, self._cluster_client())
-                kwargs = dict(pool.connection_kwargs, host=node.host, port=node.port)
-                # The cluster client's hook (READONLY on replicas) is not for a listener,
-                # and would keep the client alive as long as this notifier.
-                kwargs.pop("redis_connect_func", None)
+                kwargs = node_connection_kwargs(pool.connection_kwargs, node.host, node.port)
                 notifier = Notifier(pool.connection_class, kwargs, commands)
                 self._notifiers[node.name] = notifier
         return notifier
@@ -204,8 +202,8 @@ def _refresh_topology(cluster: Any) -> None:
 def _pool_of_node(node: Any, cluster: Any) -> Any:
     # A node learnt from a -MOVED has no client yet; any node's pool has the same connection
     # class and arguments (AUTH, TLS) but its address, which the caller replaces.
-    connection = getattr(node, "redis_connection", None)
-    return connection_pool_of(cluster) if connection is None else connection.connection_pool
+    pool = pool_of_node(node)
+    return connection_pool_of(cluster) if pool is None else pool
 
 
 # -- one router per cluster client per process -------------------------------------------------

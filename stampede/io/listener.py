@@ -47,6 +47,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from . import factory
 from .channels import (
     PLAIN,
     ChannelBook,
@@ -258,7 +259,7 @@ class Notifier:
 
     def _open(self, left: float) -> Any:
         kwargs = dict(self._connection_kwargs, **self._timeouts.attempt(left))
-        connection = self._connection_class(**kwargs)
+        connection = factory.connection(self._connection_class, kwargs)
         try:
             connection.connect()
         except BaseException:

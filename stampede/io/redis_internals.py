@@ -15,12 +15,21 @@ fails on the first release where one of these assumptions stops holding.
 - ``own_connection_kwargs``: a pool's connection arguments without the objects that belong to
   that pool (redis-py 7's maintenance notifications) and with every socket timeout replaced,
   including the copies redis-py 7 keeps to restore after a maintenance window.
+- ``async_connection_kwargs``: a sync pool's connection arguments without those that hold
+  sync-only objects or per-connection state (``SYNC_ONLY``), for an asyncio twin's pool.
+- ``node_connection_kwargs``: a cluster pool's connection arguments for a connection of our
+  own to one node, without the cluster client's connect hook (``redis_connect_func``).
+- ``pool_of_node``: a cluster node's pool, through its client (``ClusterNode.redis_connection``),
+  or None for a node learnt from a ``-MOVED`` that has no client yet.
+- ``sentinels_of``: the clients an asyncio Sentinel-managed pool keeps of the sentinels
+  (``pool.sentinel_manager.sentinels``), which nothing else closes.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import inspect
 from typing import Any
 
 #: Arguments redis-py 7+ keeps beside ``socket_timeout``/``socket_connect_timeout`` to restore
@@ -83,3 +92,67 @@ def own_connection_kwargs(kwargs: dict[str, Any], **timeouts: float | None) -> d
     if "maint_notifications_config" in kwargs:
         kwargs["maint_notifications_config"] = None
     return kwargs
+
+
+#: Connection arguments of a sync pool that hold sync-only objects, or per-connection state
+#: the asyncio pool makes itself: an asyncio twin's pool must not get them.
+SYNC_ONLY = frozenset(
+    {
+        "parser_class",
+        "retry",
+        "event_dispatcher",
+        "maint_notifications_pool_handler",
+        "maint_notifications_config",
+        "oss_cluster_maint_notifications_handler",
+        "maintenance_state",
+        "maintenance_notification_hash",
+        "orig_host_address",
+        "orig_socket_timeout",
+        "orig_socket_connect_timeout",
+        "himport_registry",
+        "redis_connect_func",
+    }
+)
+
+
+def async_connection_kwargs(kwargs: dict[str, Any], async_class: type) -> dict[str, Any]:
+    """Return a sync pool's ``connection_kwargs`` for a pool of ``async_class`` connections:
+    only the arguments it takes, and none of ``SYNC_ONLY``."""
+    accepted = init_parameters(async_class)
+    return {
+        name: value for name, value in kwargs.items() if name in accepted and name not in SYNC_ONLY
+    }
+
+
+def init_parameters(cls: type) -> set[str]:
+    """Return the names ``cls(...)`` takes, along its MRO (``**kwargs`` are passed up)."""
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is not None:
+            names.update(inspect.signature(init).parameters)
+    return names
+
+
+def node_connection_kwargs(kwargs: dict[str, Any], host: str, port: int) -> dict[str, Any]:
+    """Return a cluster pool's connection arguments for a connection of our own to one node.
+
+    The cluster client's hook (``READONLY`` on replicas) is not for a listener, and would keep
+    the client alive as long as the listener.
+    """
+    kwargs = dict(kwargs, host=host, port=port)
+    kwargs.pop("redis_connect_func", None)
+    return kwargs
+
+
+def pool_of_node(node: Any) -> Any:
+    """Return the connection pool of a sync cluster ``node``, or None if it has no client yet."""
+    connection = getattr(node, "redis_connection", None)
+    return None if connection is None else connection.connection_pool
+
+
+def sentinels_of(pool: Any) -> tuple[Any, ...]:
+    """Return the clients a Sentinel-managed ``pool`` keeps of the sentinels (none if it is
+    not one)."""
+    manager = getattr(pool, "sentinel_manager", None)
+    return tuple(getattr(manager, "sentinels", ()))

@@ -19,20 +19,21 @@ for the primary's address whenever they connect, so a pool and a pub/sub listene
 failover by reconnecting, with no restart of the process. Never a replica's: a lock, a fill's
 reads and its wake-ups must all be on the primary.
 
-Rule: this module builds; ``clients.for_url`` shares (one client per URL per process, reset
-in a forked child), and ``async_twin`` gives a fresh asyncio client per event loop: asyncio
-connections belong to a loop. So the imports point one way: ``clients`` uses this module,
-never the reverse.
+Rule: this module reads the URL, ``factory`` builds the clients; ``clients.for_url`` shares
+(one client per URL per process, forgotten in a forked child), and ``async_twin`` gives a
+fresh asyncio client per event loop: asyncio connections belong to a loop. So the imports
+point one way: ``clients`` uses this module, never the reverse.
 """
 
 from __future__ import annotations
 
-import functools
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
+
+from . import factory
 
 #: The URL schemes this module reads.
 SCHEMES = ("redis+sentinel://", "rediss+sentinel://")
@@ -255,16 +256,10 @@ def build_client(url: str) -> Any:
 
     Prefer ``clients.for_url``: a client per call would cost a pool (and a connection) per call.
     """
-    from redis.sentinel import Sentinel
-
     spec = parse_url(url)
-    manager = Sentinel(  # type: ignore[no-untyped-call]
-        list(spec.sentinels),
-        min_other_sentinels=spec.min_other_sentinels,
-        sentinel_kwargs=spec.all_sentinel_kwargs(),
+    client = factory.sentinel_primary(
+        list(spec.sentinels), spec.service_name, **_manager_kwargs(spec)
     )
-    master_for: Any = manager.master_for
-    client = master_for(spec.service_name, **spec.master_kwargs())
     _specs[client.connection_pool] = spec
     return client
 
@@ -278,35 +273,17 @@ def build_async_client(url: str) -> Any:
 
 
 def _async_master(spec: SentinelURL) -> Any:
-    from redis.asyncio.sentinel import Sentinel as AsyncSentinel
-
-    manager = AsyncSentinel(  # type: ignore[no-untyped-call]
-        list(spec.sentinels),
-        min_other_sentinels=spec.min_other_sentinels,
-        sentinel_kwargs=spec.all_sentinel_kwargs(),
+    return factory.async_sentinel_primary(
+        list(spec.sentinels), spec.service_name, **_manager_kwargs(spec)
     )
-    primary_class = _async_primary_class()
-    return manager.master_for(spec.service_name, redis_class=primary_class, **spec.master_kwargs())
 
 
-@functools.cache
-def _async_primary_class() -> type:
-    """Return a ``redis.asyncio.Redis`` whose ``aclose`` closes its sentinels' connections too.
-
-    The manager's clients of the sentinels are its own, and nothing else closes them: left
-    open at a loop's shutdown (``stampede.aio.loops`` closes the clients it keeps with
-    ``aclose``), they end as ResourceWarnings.
-    """
-    import redis.asyncio
-
-    class AsyncSentinelPrimary(redis.asyncio.Redis):
-        async def aclose(self, close_connection_pool: bool | None = None) -> None:
-            await super().aclose(close_connection_pool)
-            manager = getattr(self.connection_pool, "sentinel_manager", None)
-            for sentinel in getattr(manager, "sentinels", ()):
-                await sentinel.aclose()
-
-    return AsyncSentinelPrimary
+def _manager_kwargs(spec: SentinelURL) -> dict[str, Any]:
+    return {
+        "min_other_sentinels": spec.min_other_sentinels,
+        "sentinel_kwargs": spec.all_sentinel_kwargs(),
+        "master_kwargs": spec.master_kwargs(),
+    }
 
 
 def async_twin(sync_client: Any, per_loop: weakref.WeakKeyDictionary[Any, Any]) -> Any:

@@ -32,6 +32,7 @@ from redis.exceptions import RedisError, ResponseError
 
 from ..core.near import NearCache
 from ..core.process import PerProcess
+from . import factory
 from .channels import ConnectTimeouts, listener_connection_kwargs
 from .clients import connection_pool_of
 from .reconnect import Reconnects
@@ -163,7 +164,7 @@ class Tracker:
     def _open(self, prefixes: tuple[bytes, ...]) -> Any:
         """Connect, turn tracking on for ``prefixes``, subscribe, and wait for the confirmation."""
         kwargs = dict(self._connection_kwargs, **self._timeouts.attempt(CONNECT_TIMEOUT))
-        connection = self._connection_class(**kwargs)
+        connection = factory.connection(self._connection_class, kwargs)
         try:
             connection.connect()
             connection.send_command("CLIENT", "ID")

@@ -1,0 +1,113 @@
+"""The one place that builds Redis clients and connections: every ``Redis(...)``,
+``ConnectionPool(...)``, ``Sentinel(...)`` and connection of the package is made here.
+
+Rule: this module builds, it does not keep. Which client a caller shares (one per server per
+process, one asyncio twin per event loop) is ``clients``'s business and what a process holds is
+``core.process``'s; so a new kind of connection (a listener's, a tracker's, a sentinel's) is
+written once, here, and the arguments it strips or rewrites are ``redis_internals``'s.
+
+Rule: the imports point down only: ``clients``, ``sentinel``, ``listener``, ``tracking`` and the
+asyncio twins use this module; it uses ``redis_internals`` and redis-py, nothing else.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from . import redis_internals
+
+
+def client_from_url(url: str) -> Any:
+    """Return a new ``redis.Redis`` for ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
+    import redis
+
+    return redis.Redis.from_url(url)
+
+
+def client_of_pool(pool: Any) -> Any:
+    """Return a new ``redis.Redis`` over the existing connection ``pool``."""
+    import redis
+
+    return redis.Redis(connection_pool=pool)
+
+
+def connection(connection_class: type, kwargs: dict[str, Any]) -> Any:
+    """Return a new, unconnected connection of ``connection_class`` (sync or asyncio).
+
+    For a connection of our own beside a pool (a listener's, a tracker's): its arguments are
+    the pool's, adapted by the caller (``channels.listener_connection_kwargs``).
+    """
+    return connection_class(**kwargs)
+
+
+def async_twin_of_pool(pool: Any) -> Any:
+    """Return a new ``redis.asyncio.Redis`` for the server of the sync ``pool``, or None.
+
+    Same host, database, AUTH and TLS; None when the pool's connection class has no asyncio
+    twin (the caller uses the sync path in a thread).
+    """
+    import redis.asyncio
+    import redis.asyncio.connection as async_connection
+
+    connection_class = getattr(async_connection, pool.connection_class.__name__, None)
+    if connection_class is None:
+        return None
+    kwargs = redis_internals.async_connection_kwargs(pool.connection_kwargs, connection_class)
+    async_pool = async_connection.ConnectionPool(connection_class=connection_class, **kwargs)
+    return redis.asyncio.Redis(connection_pool=async_pool)
+
+
+def sentinel_primary(
+    sentinels: list[tuple[str, int]],
+    service_name: str,
+    *,
+    min_other_sentinels: int,
+    sentinel_kwargs: dict[str, Any],
+    master_kwargs: dict[str, Any],
+) -> Any:
+    """Return a new ``redis.Redis`` of the primary of ``service_name``, through ``sentinels``."""
+    from redis.sentinel import Sentinel
+
+    manager = Sentinel(  # type: ignore[no-untyped-call]
+        sentinels, min_other_sentinels=min_other_sentinels, sentinel_kwargs=sentinel_kwargs
+    )
+    master_for: Any = manager.master_for
+    return master_for(service_name, **master_kwargs)
+
+
+def async_sentinel_primary(
+    sentinels: list[tuple[str, int]],
+    service_name: str,
+    *,
+    min_other_sentinels: int,
+    sentinel_kwargs: dict[str, Any],
+    master_kwargs: dict[str, Any],
+) -> Any:
+    """Async twin of :func:`sentinel_primary`: a new ``redis.asyncio.Redis`` of the primary,
+    whose ``aclose`` also closes its connections to the sentinels."""
+    from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+
+    manager = AsyncSentinel(  # type: ignore[no-untyped-call]
+        sentinels, min_other_sentinels=min_other_sentinels, sentinel_kwargs=sentinel_kwargs
+    )
+    return manager.master_for(service_name, redis_class=_async_primary_class(), **master_kwargs)
+
+
+@functools.cache
+def _async_primary_class() -> type:
+    """Return a ``redis.asyncio.Redis`` whose ``aclose`` closes its sentinels' connections too.
+
+    The manager's clients of the sentinels are its own, and nothing else closes them: left
+    open at a loop's shutdown (``stampede.aio.loops`` closes the clients it keeps with
+    ``aclose``), they end as ResourceWarnings.
+    """
+    import redis.asyncio
+
+    class AsyncSentinelPrimary(redis.asyncio.Redis):
+        async def aclose(self, close_connection_pool: bool | None = None) -> None:
+            await super().aclose(close_connection_pool)
+            for sentinel in redis_internals.sentinels_of(self.connection_pool):
+                await sentinel.aclose()
+
+    return AsyncSentinelPrimary
