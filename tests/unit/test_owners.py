@@ -1,0 +1,56 @@
+"""One owner of per-process state, one factory of clients: checked on the package's source.
+
+``core.process`` registers the package's only fork hook, and ``io.factory`` makes its Redis
+clients, pools and connections; a module that does either itself fails here. The exceptions
+are listed with the reason they remain, so that the list only shrinks.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "stampede"
+
+#: Modules that still do it themselves, pending the changes that reshape them.
+FORK_HOOKS_ELSEWHERE = {"lock/mutex.py"}  # its local queues (_turns)
+CLIENTS_BUILT_ELSEWHERE = {
+    "lock/redlock.py",  # its quick-timeout copies of a pool
+    "django_internals.py",  # django-redis's primary pool (through its own _pool_class)
+}
+#: What building a client, a pool or a connection is called.
+BUILDERS = {"Redis", "ConnectionPool", "BlockingConnectionPool", "Sentinel", "from_url"}
+
+
+def _calls(path: Path) -> list[ast.Call]:
+    tree = ast.parse(path.read_text(), str(path))
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+
+
+def _name(call: ast.Call) -> str:
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else ""
+
+
+def _modules_calling(predicate: Callable[[ast.Call], bool]) -> set[str]:
+    return {
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if any(predicate(call) for call in _calls(path))
+    }
+
+
+def test_only_core_process_registers_a_fork_hook():
+    hooks = _modules_calling(lambda call: _name(call) == "register_at_fork")
+    assert hooks == {"core/process.py"} | FORK_HOOKS_ELSEWHERE
+
+
+def test_only_the_factory_builds_clients_pools_and_connections():
+    def builds(call: ast.Call) -> bool:
+        # ``x._connection_class(...)`` / ``connection_class(...)``: a connection made by hand.
+        return _name(call) in BUILDERS or _name(call).endswith("connection_class")
+
+    assert _modules_calling(builds) == {"io/factory.py"} | CLIENTS_BUILT_ELSEWHERE
