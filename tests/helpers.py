@@ -10,12 +10,14 @@ Rule: no Celery and no Django here, so every test package can import this module
 
 from __future__ import annotations
 
+import ast
 import multiprocessing
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import redis as redis_py
@@ -30,6 +32,24 @@ _clients_lock = threading.Lock()
 
 
 # -- waiting -----------------------------------------------------------------------------------
+
+
+def parse_file(path: Any) -> ast.Module:
+    """Return the AST of the Python file at ``path``.
+
+    Retried on ``SystemError``: CPython before 3.11.9 and 3.12.1 keeps the AST builder's
+    recursion depth per interpreter, not per thread, so a parse that overlaps another
+    thread's (a library's background thread compiling) can fail with "AST constructor
+    recursion depth mismatch" (python/cpython#106905). The file is not at fault.
+    """
+    source = Path(path).read_text()
+    for attempt in range(3):
+        try:
+            return ast.parse(source, str(path))
+        except SystemError:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 30) -> None:

@@ -11,6 +11,8 @@ import ast
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.helpers import parse_file
+
 PACKAGE = Path(__file__).resolve().parents[2] / "stampede"
 
 #: Modules that still do it themselves, pending the changes that reshape them.
@@ -24,7 +26,7 @@ BUILDERS = {"Redis", "ConnectionPool", "BlockingConnectionPool", "Sentinel", "fr
 
 
 def _calls(path: Path) -> list[ast.Call]:
-    tree = ast.parse(path.read_text(), str(path))
+    tree = parse_file(path)
     return [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
 
 

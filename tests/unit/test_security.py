@@ -28,7 +28,7 @@ from stampede import Filler, Mutex, RedisStore, aio
 from stampede.core.keys import CacheKey, done_channel, fence_key, lock_key
 from tests.django import workers
 from tests.django.workers import Background, HeldFill
-from tests.helpers import wait_until
+from tests.helpers import parse_file, wait_until
 
 TOKEN = re.compile(rb"[0-9a-f]{32}")  # 16 bytes, as hex: 128 bits
 ACQUISITIONS = 300
@@ -122,7 +122,7 @@ _TOKEN_FUNCTIONS = ("token_hex", "token_bytes", "token_urlsafe")
 
 def _token_calls() -> Iterator[tuple[str, ast.Call]]:
     for path in Path(stampede.__file__).parent.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parse_file(path)):
             function = node.func if isinstance(node, ast.Call) else None
             if isinstance(function, ast.Attribute) and function.attr in _TOKEN_FUNCTIONS:
                 yield path.name, node
