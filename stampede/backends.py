@@ -9,6 +9,11 @@ Values stored by the protocol stay plain: the key holds what the wrapped cache's
 would write, and the fill's bookkeeping lives beside it (``stampede.core.meta``), so the
 wrapped cache alone, another process or service, and ``redis-cli`` read the value itself.
 Every argument of every method passes through to the wrapped cache untouched.
+
+This module holds the class and its hit path; the rest lives beside it: ``cache_settings``
+reads ``LOCATION`` and ``OPTIONS`` once (the system checks read them the same way),
+``stores`` builds what the cache runs on over its backing, ``passthrough`` builds the
+methods that forward to the wrapped cache, and ``call_args`` reads a fill call's arguments.
 """
 
 from __future__ import annotations
@@ -16,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
-import sys
 import warnings
 import weakref
 from collections.abc import Callable
@@ -29,13 +33,11 @@ from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache
 from django.utils.functional import cached_property
 from redis.exceptions import RedisError
 
-from . import passthrough, stores
+from . import call_args, passthrough, stores
 from . import signals as _signals  # noqa: F401  (herd events become Django signals)
 from .aio import near as async_near
 from .aio.filler import Filler as AsyncFiller
-from .bloom import AnsweredGuard, BloomFilter, BloomGuard
 from .cache_settings import REDIS_URL_SCHEMES, CacheSettings
-from .core import options as conf
 from .core.envelope import MISSING
 from .core.keys import CacheKey
 from .exceptions import NotFound
@@ -44,51 +46,14 @@ from .fill.near import NearReads
 
 __all__ = ["NOT_FOUND", "REDIS_URL_SCHEMES", "StampedeCache"]
 
-#: ``get_or_load``'s ``default`` when none is given: ``bloom=`` raises ``NotFound``.
-NOT_FOUND: Any = object()
-# The largest timeout that is a float; a larger int (10**400) is checked, and refused.
-_LARGEST = sys.float_info.max
-_PLAIN_NUMBERS = (int, float)  # exactly: bool is an int, and True is no timeout
+NOT_FOUND = call_args.NOT_FOUND
+
 # Keys Django's validate_key warns about (memcached's rule: over 250 characters, or a control
 # character or space); these are validated on every call, so they warn on every call.
 _WARNED_KEY = re.compile(r".{251}|.*[\x00-\x20\x7f]", re.DOTALL)
 # Per wrapped alias, full keys that passed its validate_key (bounded sets, cleared when full).
 _valid_keys: dict[str, dict[Any, bool]] = {}
 _VALID_KEYS_MAX = 10_000
-
-
-def _in_sync_thread(loader: Callable[[], Any]) -> Callable[[], Any]:
-    """Return a coroutine function running the sync ``loader`` as Django runs sync code.
-
-    asgiref's thread-sensitive ``sync_to_async``: off the event loop (a slow loader stalls no
-    other task), and in the thread Django's ORM expects (no ``SynchronousOnlyOperation``).
-    """
-    in_thread = sync_to_async(loader, thread_sensitive=True)
-
-    async def load() -> Any:
-        return await in_thread()
-
-    return load
-
-
-def _guard(bloom: Any, key: Any, item: Any) -> Any:
-    """Return the ``bloom=`` guard of one call (checked now, naming what is wrong), or None."""
-    if isinstance(bloom, AnsweredGuard):
-        return bloom
-    if bloom is None:
-        if item is not None:
-            raise TypeError("bloom_item= needs bloom= (the BloomFilter to check it in)")
-        return None
-    return BloomGuard(bloom, key if item is None else item)
-
-
-def _or_default(refused: NotFound, guard: Any, default: Any) -> Any:
-    """Return ``default`` for this call's own ``bloom=`` refusal; raise anything else (no
-    default given, or a ``NotFound`` from inside the loader, which is the loader's own)."""
-    ours = guard is not None and refused.item == guard.item
-    if default is NOT_FOUND or not ours:
-        raise refused
-    return default
 
 
 class StampedeCache(BaseCache):
@@ -145,7 +110,7 @@ class StampedeCache(BaseCache):
         *,
         bloom: Any = None,
         bloom_item: Any = None,
-        default: Any = NOT_FOUND,
+        default: Any = call_args.NOT_FOUND,
         **options: Any,
     ) -> Any:
         """Return the cached value of ``key``, calling ``loader()`` on a miss, once cluster-wide.
@@ -157,7 +122,7 @@ class StampedeCache(BaseCache):
         ``bloom_item`` (default: ``key``) was ever added; if not, return ``default``, or raise
         ``stampede.NotFound`` when none is given. The loader is not called, nothing is cached.
         """
-        guard = _guard(bloom, key, bloom_item)
+        guard = call_args.guard(bloom, key, bloom_item)
         try:
             return self.filler.get_or_load(
                 self._key(key, version),
@@ -167,7 +132,7 @@ class StampedeCache(BaseCache):
                 **options,
             )
         except NotFound as refused:
-            return _or_default(refused, guard, default)
+            return call_args.or_default(refused, guard, default)
 
     async def aget_or_set(
         self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
@@ -190,7 +155,7 @@ class StampedeCache(BaseCache):
         *,
         bloom: Any = None,
         bloom_item: Any = None,
-        default: Any = NOT_FOUND,
+        default: Any = call_args.NOT_FOUND,
         **options: Any,
     ) -> Any:
         """Async twin of :meth:`get_or_load`; ``loader`` may be a coroutine function.
@@ -202,24 +167,23 @@ class StampedeCache(BaseCache):
             # Checked here too: asgiref would refuse it first, with a message that names
             # neither the argument nor what to pass.
             raise TypeError(f"loader must be callable; got {loader!r}")
-        guarded = {"bloom": bloom, "bloom_item": bloom_item, "default": default}
         filler = self._async_filler()
         if filler is None:
-            guard = _guard(bloom, key, bloom_item)
-            if guard is not None and not isinstance(bloom, BloomFilter):
-                # An asyncio filter belongs to this loop: ask it here, not in the thread.
-                try:
-                    admitted = await guard.aadmits()
-                except RedisError:
-                    admitted = True  # as the fill's own guard does: the miss goes on
-                guarded.update(bloom=AnsweredGuard(guard.item, admitted), bloom_item=None)
+            guarded = await call_args.answered(bloom, key, bloom_item)
             call = functools.partial(
-                self.get_or_load, key, loader, timeout, version, **guarded, **options
+                self.get_or_load,
+                key,
+                loader,
+                timeout,
+                version,
+                default=default,
+                **guarded,
+                **options,
             )
             return await sync_to_async(call, thread_sensitive=False)()
-        guard = _guard(bloom, key, bloom_item)
+        guard = call_args.guard(bloom, key, bloom_item)
         if not iscoroutinefunction(loader):
-            loader = _in_sync_thread(loader)
+            loader = call_args.in_sync_thread(loader)
         try:
             return await filler.get_or_load(
                 self._key(key, version),
@@ -229,7 +193,7 @@ class StampedeCache(BaseCache):
                 **options,
             )
         except NotFound as refused:
-            return _or_default(refused, guard, default)
+            return call_args.or_default(refused, guard, default)
 
     def _async_filler(self) -> AsyncFiller | None:
         """Return the running loop's twin of :attr:`filler`, built once per loop.
@@ -274,21 +238,10 @@ class StampedeCache(BaseCache):
         return _valid_keys.setdefault(self._location, {})
 
     def _resolve_timeout(self, timeout: Any) -> float | None:
-        """Return ``timeout`` in seconds as Django reads it (None: forever, <= 0: not kept).
-
-        NaN, infinities and non-numbers are refused, naming the argument. A huge timeout is
-        Django's to allow (it does), and Redis keeps the entry at most ``conf.MAX_TTL_MS``.
-        """
+        """Return ``timeout`` in seconds as Django reads it (None: forever, <= 0: not kept)."""
         if timeout is DEFAULT_TIMEOUT:
             return self.default_timeout
-        if timeout is None:
-            return None
-        if type(timeout) in _PLAIN_NUMBERS and 0 <= timeout <= _LARGEST:
-            return float(timeout)  # the common case: nothing to validate
-        number = isinstance(timeout, _PLAIN_NUMBERS) and not isinstance(timeout, bool)
-        if number and -_LARGEST <= timeout < 0:
-            return 0.0  # Django: a negative timeout expires at once, like 0
-        return conf.seconds("timeout", timeout, allow_zero=True, bounded=False)
+        return call_args.timeout_seconds(timeout)
 
     def mutex(self, key: Any, ttl: float = 30.0, version: Any = None, **kwargs: Any) -> Any:
         """Return a lock on ``key`` (namespaced like the cache's keys), not yet acquired: a
