@@ -11,7 +11,7 @@ machines that have neither. Option values are validated by the core's own parser
 (``core/options.py``, ``core/near.py``, ``core/lockspec.py``).
 
 Rule: no import of the backend. A wrapped cache that is itself a ``StampedeCache`` is known by
-its class's name, as ``django_internals.is_redis_backend`` knows a Redis cache.
+its class's name (``django_internals.is_stampede_backend``), as a Redis cache is.
 """
 
 from __future__ import annotations
@@ -27,11 +27,9 @@ from .core import lockspec
 from .core import options as conf
 from .core.lockspec import LockSpec
 from .core.near import NearOptions
-from .django_internals import is_redis_backend
+from .django_internals import is_redis_backend, is_stampede_backend
 from .io import sentinel
 
-#: The settings string of the backend (users write it in ``CACHES``).
-BACKEND_PATH = "stampede.backends.StampedeCache"
 #: ``OPTIONS`` the backend reads itself; the others are the fill's (``core/options.py``).
 BACKEND_OPTIONS = ("LOCK_URL", "NEAR_CACHE", "LOCK")
 #: Every ``OPTIONS`` key, as written in settings.
@@ -124,15 +122,6 @@ def read(
     return CacheSettings(location, redis_backing, lock_url, near, lock, fill), problems
 
 
-def is_stampede_class(backend_class: Any) -> bool:
-    """Return True if ``backend_class`` is ``StampedeCache`` or a subclass of it."""
-    if not isinstance(backend_class, type):
-        return False
-    return any(
-        f"{cls.__module__}.{cls.__qualname__}" == BACKEND_PATH for cls in backend_class.__mro__
-    )
-
-
 # -- LOCATION: the cache that stores the values ------------------------------------------------
 
 
@@ -185,7 +174,7 @@ def _location_problem(
             f"imported: {exc}",
             f"Fix CACHES[{location!r}]['BACKEND'] or install the package that provides it.",
         )
-    if is_stampede_class(backend_class):
+    if is_stampede_backend(backend_class):
         return Problem(
             "stampede.E003",
             f"StampedeCache LOCATION {location!r} is itself a StampedeCache; "

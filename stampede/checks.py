@@ -25,6 +25,7 @@ from django.utils.module_loading import import_string
 
 from . import cache_settings
 from .cache_settings import CacheSettings
+from .django_internals import STAMPEDE_BACKEND, is_stampede_backend
 
 #: Below this LOCK_TTL (seconds) a renewal every LOCK_TTL/3 leaves too little room for one
 #: slow round trip or a GC pause before the lock expires under a live holder.
@@ -45,7 +46,7 @@ def check_caches(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> lis
 
 
 def _is_stampede_backend(path: Any) -> bool:
-    if path == cache_settings.BACKEND_PATH:
+    if path == STAMPEDE_BACKEND:
         return True
     if not isinstance(path, str):
         return False
@@ -53,7 +54,7 @@ def _is_stampede_backend(path: Any) -> bool:
         backend_class = import_string(path)
     except ImportError:
         return False  # not ours to report: Django fails on it when the cache is used
-    return cache_settings.is_stampede_class(backend_class)
+    return is_stampede_backend(backend_class)
 
 
 def _check_entry(alias: str, entry: dict[str, Any], configured: dict[str, Any]) -> list[Any]:
