@@ -13,7 +13,8 @@ Every argument of every method passes through to the wrapped cache untouched.
 This module holds the class and its hit path; the rest lives beside it: ``cache_settings``
 reads ``LOCATION`` and ``OPTIONS`` once (the system checks read them the same way),
 ``stores`` builds what the cache runs on over its backing, ``passthrough`` builds the
-methods that forward to the wrapped cache, and ``call_args`` reads a fill call's arguments.
+methods that forward to the wrapped cache, and ``call_args`` reads a fill call's ``bloom=``
+and loader.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
+import sys
 import warnings
 import weakref
 from collections.abc import Callable
@@ -38,6 +40,7 @@ from . import signals as _signals  # noqa: F401  (herd events become Django sign
 from .aio import near as async_near
 from .aio.filler import Filler as AsyncFiller
 from .cache_settings import REDIS_URL_SCHEMES, CacheSettings
+from .core import options as conf
 from .core.envelope import MISSING
 from .core.keys import CacheKey
 from .exceptions import NotFound
@@ -47,6 +50,9 @@ from .fill.near import NearReads
 __all__ = ["NOT_FOUND", "REDIS_URL_SCHEMES", "StampedeCache"]
 
 NOT_FOUND = call_args.NOT_FOUND
+# The largest timeout that is a float; a larger int (10**400) is checked, and refused.
+_LARGEST = sys.float_info.max
+_PLAIN_NUMBERS = (int, float)  # exactly: bool is an int, and True is no timeout
 
 # Keys Django's validate_key warns about (memcached's rule: over 250 characters, or a control
 # character or space); these are validated on every call, so they warn on every call.
@@ -238,10 +244,22 @@ class StampedeCache(BaseCache):
         return _valid_keys.setdefault(self._location, {})
 
     def _resolve_timeout(self, timeout: Any) -> float | None:
-        """Return ``timeout`` in seconds as Django reads it (None: forever, <= 0: not kept)."""
+        """Return ``timeout`` in seconds as Django reads it (None: forever, <= 0: not kept).
+
+        NaN, infinities and non-numbers are refused, naming the argument. A huge timeout is
+        Django's to allow (it does), and Redis keeps the entry at most ``conf.MAX_TTL_MS``.
+        On the hit path: the common case costs no call.
+        """
         if timeout is DEFAULT_TIMEOUT:
             return self.default_timeout
-        return call_args.timeout_seconds(timeout)
+        if timeout is None:
+            return None
+        if type(timeout) in _PLAIN_NUMBERS and 0 <= timeout <= _LARGEST:
+            return float(timeout)  # the common case: nothing to validate
+        number = isinstance(timeout, _PLAIN_NUMBERS) and not isinstance(timeout, bool)
+        if number and -_LARGEST <= timeout < 0:
+            return 0.0  # Django: a negative timeout expires at once, like 0
+        return conf.seconds("timeout", timeout, allow_zero=True, bounded=False)
 
     def mutex(self, key: Any, ttl: float = 30.0, version: Any = None, **kwargs: Any) -> Any:
         """Return a lock on ``key`` (namespaced like the cache's keys), not yet acquired: a

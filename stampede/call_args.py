@@ -1,14 +1,15 @@
-"""How ``StampedeCache``'s fill calls read their arguments: timeout, ``bloom=`` and the loader.
+"""How ``StampedeCache``'s fill calls read their own arguments: ``bloom=`` and the loader.
 
-``get_or_set``/``get_or_load`` (and their async twins) take Django's arguments (a timeout as
-Django reads it) and the fill's own (``bloom=``, ``bloom_item=``, ``default=``). This module
-turns them into what the core filler takes, and says what is wrong with them, naming the
-argument. Rule: no I/O but the one a call's own ``bloom=`` filter asks for.
+``get_or_load`` (and its async twin) take, beside Django's arguments, the fill's own
+(``bloom=``, ``bloom_item=``, ``default=``) and a loader that may be sync or async. This
+module turns them into what the core filler takes, and says what is wrong with them, naming
+the argument. The key and timeout are read in ``backends.py``: they are on the hit path.
+
+Rule: no I/O but the one a call's own ``bloom=`` filter asks for.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -16,30 +17,10 @@ from asgiref.sync import sync_to_async
 from redis.exceptions import RedisError
 
 from .bloom import AnsweredGuard, BloomFilter, BloomGuard
-from .core import options as conf
 from .exceptions import NotFound
 
 #: ``get_or_load``'s ``default`` when none is given: ``bloom=`` raises ``NotFound``.
 NOT_FOUND: Any = object()
-# The largest timeout that is a float; a larger int (10**400) is checked, and refused.
-_LARGEST = sys.float_info.max
-_PLAIN_NUMBERS = (int, float)  # exactly: bool is an int, and True is no timeout
-
-
-def timeout_seconds(timeout: Any) -> float | None:
-    """Return a given ``timeout`` in seconds as Django reads it (None: forever, <= 0: not kept).
-
-    NaN, infinities and non-numbers are refused, naming the argument. A huge timeout is
-    Django's to allow (it does), and Redis keeps the entry at most ``conf.MAX_TTL_MS``.
-    """
-    if timeout is None:
-        return None
-    if type(timeout) in _PLAIN_NUMBERS and 0 <= timeout <= _LARGEST:
-        return float(timeout)  # the common case: nothing to validate
-    number = isinstance(timeout, _PLAIN_NUMBERS) and not isinstance(timeout, bool)
-    if number and -_LARGEST <= timeout < 0:
-        return 0.0  # Django: a negative timeout expires at once, like 0
-    return conf.seconds("timeout", timeout, allow_zero=True, bounded=False)
 
 
 def in_sync_thread(loader: Callable[[], Any]) -> Callable[[], Any]:
