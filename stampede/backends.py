@@ -9,6 +9,12 @@ Values stored by the protocol stay plain: the key holds what the wrapped cache's
 would write, and the fill's bookkeeping lives beside it (``stampede.core.meta``), so the
 wrapped cache alone, another process or service, and ``redis-cli`` read the value itself.
 Every argument of every method passes through to the wrapped cache untouched.
+
+This module holds the class and its hit path; the rest lives beside it: ``cache_settings``
+reads ``LOCATION`` and ``OPTIONS`` once (the system checks read them the same way),
+``stores`` builds what the cache runs on over its backing, ``passthrough`` builds the
+methods that forward to the wrapped cache, and ``call_args`` reads a fill call's ``bloom=``
+and loader.
 """
 
 from __future__ import annotations
@@ -17,7 +23,6 @@ import asyncio
 import functools
 import re
 import sys
-import threading
 import warnings
 import weakref
 from collections.abc import Callable
@@ -27,263 +32,65 @@ from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.conf import settings
 from django.core.cache import caches
 from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache
-from django.core.exceptions import ImproperlyConfigured
 from django.utils.functional import cached_property
-from django.utils.module_loading import import_string
 from redis.exceptions import RedisError
 
-from . import passthrough
+from . import call_args, passthrough, stores
 from . import signals as _signals  # noqa: F401  (herd events become Django signals)
 from .aio import near as async_near
 from .aio.filler import Filler as AsyncFiller
-from .aio.store import RedisStore as AsyncRedisStore
-from .bloom import AnsweredGuard, BloomFilter, BloomGuard
-from .core import lockspec
+from .cache_settings import REDIS_URL_SCHEMES, CacheSettings
 from .core import options as conf
 from .core.envelope import MISSING
 from .core.keys import CacheKey
-from .core.near import NearCache, NearOptions
-from .django_internals import BackendStore, async_store_for, is_redis_backend, store_for
 from .exceptions import NotFound
-from .fill import local
-from .fill.fenced import FencedStore
 from .fill.filler import Filler
 from .fill.near import NearReads
-from .fill.store import RedisStore
-from .io import sentinel
-from .lock.mutex import Mutex
 
-_BACKEND_OPTIONS = ("LOCK_URL", "NEAR_CACHE", "LOCK")
-#: ``get_or_load``'s ``default`` when none is given: ``bloom=`` raises ``NotFound``.
-NOT_FOUND: Any = object()
-#: What ``OPTIONS["LOCK_URL"]`` may start with: redis-py's ``from_url`` schemes, and Sentinel
-#: URLs (``redis+sentinel://host:port,host:port/<service>/<db>``).
-REDIS_URL_SCHEMES = lockspec.REDIS_URL_SCHEMES + sentinel.SCHEMES
+__all__ = ["NOT_FOUND", "REDIS_URL_SCHEMES", "StampedeCache"]
+
+NOT_FOUND = call_args.NOT_FOUND
 # The largest timeout that is a float; a larger int (10**400) is checked, and refused.
 _LARGEST = sys.float_info.max
 _PLAIN_NUMBERS = (int, float)  # exactly: bool is an int, and True is no timeout
+
 # Keys Django's validate_key warns about (memcached's rule: over 250 characters, or a control
 # character or space); these are validated on every call, so they warn on every call.
 _WARNED_KEY = re.compile(r".{251}|.*[\x00-\x20\x7f]", re.DOTALL)
 # Per wrapped alias, full keys that passed its validate_key (bounded sets, cleared when full).
 _valid_keys: dict[str, dict[Any, bool]] = {}
 _VALID_KEYS_MAX = 10_000
-# Per wrapped alias, its server and options, the process's near cache: backend objects are
-# per thread, copies are per process.
-_near_caches: dict[tuple[str, str, NearOptions], NearCache] = {}
-_near_caches_lock = threading.Lock()
-
-
-def _in_sync_thread(loader: Callable[[], Any]) -> Callable[[], Any]:
-    """Return a coroutine function running the sync ``loader`` as Django runs sync code.
-
-    asgiref's thread-sensitive ``sync_to_async``: off the event loop (a slow loader stalls no
-    other task), and in the thread Django's ORM expects (no ``SynchronousOnlyOperation``).
-    """
-    in_thread = sync_to_async(loader, thread_sensitive=True)
-
-    async def load() -> Any:
-        return await in_thread()
-
-    return load
-
-
-def outside_locks(spec: lockspec.LockSpec) -> tuple[Callable[..., Any], tuple[type, ...]]:
-    """Return ``new_lock(name, ttl, **kwargs)`` for ``OPTIONS["LOCK"]``'s kind of lock, and
-    the errors of its system that mean "unreachable" (Redlock's are redis's own).
-
-    Clients are made once per process (per URL, per hosts string); locks once per flight.
-    """
-    if spec.kind == "redlock":
-        from .io import clients
-        from .lock.redlock import Redlock
-
-        servers = [clients.for_url(url) for url in spec.urls]
-
-        def redlock(name: Any, ttl: float, **kwargs: Any) -> Any:
-            return Redlock(servers, name, ttl, **kwargs)
-
-        return redlock, ()
-    from kazoo.exceptions import KazooException  # type: ignore[import-untyped]
-    from kazoo.handlers.threading import KazooTimeoutError  # type: ignore[import-untyped]
-
-    from .contrib.zookeeper import ZooKeeperLock, shared_client
-
-    def zookeeper(name: Any, ttl: float, **kwargs: Any) -> Any:
-        # The session, shared by the process's locks, is opened on the first fill that locks.
-        client = shared_client(spec.hosts, spec.session_timeout)
-        return ZooKeeperLock(client, name, ttl, path=spec.path, **kwargs)
-
-    return zookeeper, (KazooException, KazooTimeoutError)
-
-
-def _guard(bloom: Any, key: Any, item: Any) -> Any:
-    """Return the ``bloom=`` guard of one call (checked now, naming what is wrong), or None."""
-    if isinstance(bloom, AnsweredGuard):
-        return bloom
-    if bloom is None:
-        if item is not None:
-            raise TypeError("bloom_item= needs bloom= (the BloomFilter to check it in)")
-        return None
-    return BloomGuard(bloom, key if item is None else item)
-
-
-def _or_default(refused: NotFound, guard: Any, default: Any) -> Any:
-    """Return ``default`` for this call's own ``bloom=`` refusal; raise anything else (no
-    default given, or a ``NotFound`` from inside the loader, which is the loader's own)."""
-    ours = guard is not None and refused.item == guard.item
-    if default is NOT_FOUND or not ours:
-        raise refused
-    return default
 
 
 class StampedeCache(BaseCache):
     """Wraps the cache named by ``LOCATION``; see the module docstring."""
 
     def __init__(self, location: str, params: dict[str, Any]) -> None:
-        options = params.get("OPTIONS") or {}
-        if not isinstance(options, dict):
-            raise ImproperlyConfigured(
-                f"StampedeCache OPTIONS must be a dict such as {{'LOCK_TTL': 30}}; "
-                f"got {type(options).__name__} {options!r}"
-            )
-        super().__init__(params)
-        options = dict(options)
-        self._lock_url = self._check_lock_url(options.pop("LOCK_URL", None))
-        try:
-            self._near_options = NearOptions.from_setting(options.pop("NEAR_CACHE", None))
-            self._lock_spec = lockspec.LockSpec.from_setting(options.pop("LOCK", None))
-            self._options = conf.FillOptions.from_settings(options)
-        except (TypeError, ValueError) as exc:
-            raise ImproperlyConfigured(f"StampedeCache OPTIONS: {exc}") from exc
-        self._location = self._check_location(location, self._lock_url)
-        if self._lock_spec is not None:
-            self._check_outside_lock(self._location, self._lock_url)
-        if self._near_options is not None:
-            self._check_near_cache(self._location, self._near_options)
-
-    @staticmethod
-    def _check_lock_url(url: Any) -> str | None:
-        """Return ``url`` if it can be a Redis URL; fail when the cache is built, not on a miss."""
-        if url is not None and not (isinstance(url, str) and url.startswith(REDIS_URL_SCHEMES)):
-            raise ImproperlyConfigured(
-                f"StampedeCache OPTIONS['LOCK_URL'] must be a Redis URL starting with "
-                f"{', '.join(REDIS_URL_SCHEMES)}; got {url!r}"
-            )
-        return url
-
-    @staticmethod
-    def _check_location(location: Any, lock_url: str | None) -> str:
-        """Return ``location`` if it names a cache this one can wrap; fail at start-up if not."""
+        # Read first: BaseCache.__init__ reads OPTIONS too, and fails on one that is no dict.
         configured = getattr(settings, "CACHES", {})
-        if not isinstance(location, str) or location not in configured:
-            raise ImproperlyConfigured(
-                f"StampedeCache LOCATION must be the alias of the cache it wraps, one of "
-                f"{sorted(configured)}; got {location!r}"
-            )
-        backend_path = configured[location].get("BACKEND", "")
-        try:
-            backend_class = import_string(backend_path)
-        except ImportError as exc:
-            raise ImproperlyConfigured(
-                f"StampedeCache LOCATION {location!r} has BACKEND {backend_path!r}, which "
-                f"cannot be imported: {exc}"
-            ) from exc
-        if issubclass(backend_class, StampedeCache):
-            raise ImproperlyConfigured(
-                f"StampedeCache LOCATION {location!r} is itself a StampedeCache; "
-                "point it at the cache that stores the values"
-            )
-        if lock_url is None and not is_redis_backend(backend_class):
-            raise ImproperlyConfigured(
-                f"StampedeCache LOCATION {location!r} ({backend_path}) does not keep its "
-                "values in Redis: set OPTIONS['LOCK_URL'] to the Redis that holds the locks"
-            )
-        return location
-
-    @staticmethod
-    def _check_outside_lock(location: str, lock_url: str | None) -> None:
-        """Refuse ``OPTIONS["LOCK"]`` where writes could not be fenced, when built."""
-        wrapped = settings.CACHES[location]
-        if not is_redis_backend(import_string(wrapped.get("BACKEND", ""))):
-            raise ImproperlyConfigured(
-                f"StampedeCache OPTIONS['LOCK'] needs a Redis cache as LOCATION: each write is "
-                f"fenced by a Lua script on the cache's Redis, and {location!r} is "
-                f"{wrapped.get('BACKEND')}; remove LOCK (and use LOCK_URL)"
-            )
-        if lock_url is not None:
-            raise ImproperlyConfigured(
-                "StampedeCache OPTIONS['LOCK'] and OPTIONS['LOCK_URL'] both say where the locks "
-                "live; keep one"
-            )
-
-    @staticmethod
-    def _check_near_cache(location: str, near: NearOptions) -> None:
-        """Refuse a near cache that Redis could not keep true, when the cache is built."""
-        wrapped = settings.CACHES[location]
-        if not is_redis_backend(import_string(wrapped.get("BACKEND", ""))):
-            raise ImproperlyConfigured(
-                f"StampedeCache OPTIONS['NEAR_CACHE'] needs a Redis cache as LOCATION: copies "
-                f"are kept true by Redis's CLIENT TRACKING, and {location!r} is "
-                f"{wrapped.get('BACKEND')}; remove NEAR_CACHE"
-            )
-        if near.prefix is None and wrapped.get("KEY_FUNCTION") is not None:
-            raise ImproperlyConfigured(
-                f"StampedeCache OPTIONS['NEAR_CACHE'] needs a 'PREFIX': {location!r} has its "
-                "own KEY_FUNCTION, so the start of its keys (which Redis tracks) is unknown; "
-                "set NEAR_CACHE['PREFIX'] to the start every key of that cache has"
-            )
+        self._settings = CacheSettings.parse(location, params.get("OPTIONS") or {}, configured)
+        super().__init__(params)
+        self._location = self._settings.location
+        self._options = self._settings.fill
 
     @cached_property
     def _wrapped(self) -> BaseCache:
         return caches[self._location]
 
     @cached_property
-    def store(self) -> RedisStore | BackendStore:
-        """Where this cache's records and fill locks live (see ``stampede.django_internals``)."""
-        try:
-            store = store_for(self._wrapped, self._lock_url)
-        except ValueError as exc:
-            raise ImproperlyConfigured(f"StampedeCache over {self._location!r}: {exc}") from exc
-        if self._lock_spec is None:
-            return store
-        assert isinstance(store, RedisStore), "checked when built: the wrapped cache is Redis"
-        new_lock, lock_errors = outside_locks(self._lock_spec)
-        return FencedStore(
-            store.client,
-            new_lock,
-            lock_errors=lock_errors,
-            dumps=store.dumps,
-            loads=store.loads,
-        )
+    def store(self) -> stores.Store:
+        """Where this cache's records and fill locks live (see ``stampede.stores``)."""
+        return stores.store(self._wrapped, self._settings)
 
     @cached_property
     def filler(self) -> Filler:
         """The core filler; every thread's backend object of this cache coalesces in one group."""
-        return Filler(
-            self.store, self._options, flights=local.group(self._location), near=self.near
-        )
+        return stores.filler(self._settings, self.store, self.near)
 
     @cached_property
     def near(self) -> NearReads | None:
         """The process's near cache of this cache (``OPTIONS["NEAR_CACHE"]``), or None."""
-        options = self._near_options
-        if options is None:
-            return None
-        store = self.store
-        assert isinstance(store, RedisStore), "checked when built: the wrapped cache is Redis"
-        # Django's default KEY_FUNCTION: "<KEY_PREFIX>:<VERSION>:<key>".
-        prefix = options.prefix if options.prefix is not None else f"{self.key_prefix}:"
-        # The copies belong to one server: an alias that comes to name another (settings
-        # changed, as tests do) gets a near cache of its own, never the old server's copies
-        # or the tracking state its connection left.
-        server = repr(settings.CACHES.get(self._location, {}).get("LOCATION"))
-        identity = (self._location, server, options)
-        with _near_caches_lock:
-            near = _near_caches.get(identity)
-            if near is None:
-                near = _near_caches[identity] = NearCache(options.maxsize, options.ttl)
-        return NearReads(near, store, prefix)
+        return stores.near(self._settings, self.store, self.key_prefix)
 
     # -- the stampede-safe fill -------------------------------------------------------------
 
@@ -309,7 +116,7 @@ class StampedeCache(BaseCache):
         *,
         bloom: Any = None,
         bloom_item: Any = None,
-        default: Any = NOT_FOUND,
+        default: Any = call_args.NOT_FOUND,
         **options: Any,
     ) -> Any:
         """Return the cached value of ``key``, calling ``loader()`` on a miss, once cluster-wide.
@@ -321,7 +128,7 @@ class StampedeCache(BaseCache):
         ``bloom_item`` (default: ``key``) was ever added; if not, return ``default``, or raise
         ``stampede.NotFound`` when none is given. The loader is not called, nothing is cached.
         """
-        guard = _guard(bloom, key, bloom_item)
+        guard = call_args.guard(bloom, key, bloom_item)
         try:
             return self.filler.get_or_load(
                 self._key(key, version),
@@ -331,7 +138,7 @@ class StampedeCache(BaseCache):
                 **options,
             )
         except NotFound as refused:
-            return _or_default(refused, guard, default)
+            return call_args.or_default(refused, guard, default)
 
     async def aget_or_set(
         self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
@@ -354,7 +161,7 @@ class StampedeCache(BaseCache):
         *,
         bloom: Any = None,
         bloom_item: Any = None,
-        default: Any = NOT_FOUND,
+        default: Any = call_args.NOT_FOUND,
         **options: Any,
     ) -> Any:
         """Async twin of :meth:`get_or_load`; ``loader`` may be a coroutine function.
@@ -366,24 +173,23 @@ class StampedeCache(BaseCache):
             # Checked here too: asgiref would refuse it first, with a message that names
             # neither the argument nor what to pass.
             raise TypeError(f"loader must be callable; got {loader!r}")
-        guarded = {"bloom": bloom, "bloom_item": bloom_item, "default": default}
         filler = self._async_filler()
         if filler is None:
-            guard = _guard(bloom, key, bloom_item)
-            if guard is not None and not isinstance(bloom, BloomFilter):
-                # An asyncio filter belongs to this loop: ask it here, not in the thread.
-                try:
-                    admitted = await guard.aadmits()
-                except RedisError:
-                    admitted = True  # as the fill's own guard does: the miss goes on
-                guarded.update(bloom=AnsweredGuard(guard.item, admitted), bloom_item=None)
+            guarded = await call_args.answered(bloom, key, bloom_item)
             call = functools.partial(
-                self.get_or_load, key, loader, timeout, version, **guarded, **options
+                self.get_or_load,
+                key,
+                loader,
+                timeout,
+                version,
+                default=default,
+                **guarded,
+                **options,
             )
             return await sync_to_async(call, thread_sensitive=False)()
-        guard = _guard(bloom, key, bloom_item)
+        guard = call_args.guard(bloom, key, bloom_item)
         if not iscoroutinefunction(loader):
-            loader = _in_sync_thread(loader)
+            loader = call_args.in_sync_thread(loader)
         try:
             return await filler.get_or_load(
                 self._key(key, version),
@@ -393,7 +199,7 @@ class StampedeCache(BaseCache):
                 **options,
             )
         except NotFound as refused:
-            return _or_default(refused, guard, default)
+            return call_args.or_default(refused, guard, default)
 
     def _async_filler(self) -> AsyncFiller | None:
         """Return the running loop's twin of :attr:`filler`, built once per loop.
@@ -405,12 +211,7 @@ class StampedeCache(BaseCache):
         try:
             return self._async_fillers[loop]
         except KeyError:
-            store = async_store_for(self.store)
-            filler = (
-                None
-                if store is None
-                else AsyncFiller(store, self._options, flights=self._location, near=self.near)
-            )
+            filler = stores.async_filler(self._settings, self.store, self.near)
             self._async_fillers[loop] = filler
             return filler
 
@@ -447,6 +248,7 @@ class StampedeCache(BaseCache):
 
         NaN, infinities and non-numbers are refused, naming the argument. A huge timeout is
         Django's to allow (it does), and Redis keeps the entry at most ``conf.MAX_TTL_MS``.
+        On the hit path: the common case costs no call.
         """
         if timeout is DEFAULT_TIMEOUT:
             return self.default_timeout
@@ -467,10 +269,7 @@ class StampedeCache(BaseCache):
         (django-redis's redis-py lock on the key itself).
         """
         full_key = self._wrapped.make_and_validate_key(key, version=version)
-        store = self.store
-        if isinstance(store, FencedStore):
-            return store.new_lock(full_key, ttl, **kwargs)
-        return Mutex(store.client, full_key, ttl=ttl, **kwargs)
+        return stores.mutex(self.store, full_key, ttl, **kwargs)
 
     def _deprecated_lock(self, *args: Any, **kwargs: Any) -> Any:
         """``cache.lock`` where the wrapped cache has none: the old name of :meth:`mutex`."""
@@ -496,50 +295,46 @@ class StampedeCache(BaseCache):
     # (the value then lives by its own TTL, as a plain one); reads unwrap entries in the
     # previous format (the whole record under the key).
 
-    # BaseCache.__init__ assigns these from this alias's params: the setters ignore that.
-    @property
-    def default_timeout(self) -> float | None:
-        return self._wrapped.default_timeout
+    default_timeout = passthrough.wrapped_attribute("default_timeout")
+    key_prefix = passthrough.wrapped_attribute("key_prefix")
+    version = passthrough.wrapped_attribute("version")
+    key_func = passthrough.wrapped_attribute("key_func")
 
-    @default_timeout.setter
-    def default_timeout(self, value: Any) -> None:
-        pass
+    get_backend_timeout = passthrough.forward_sync("get_backend_timeout")
+    make_key = passthrough.forward_sync("make_key")
+    validate_key = passthrough.forward_sync("validate_key")
+    make_and_validate_key = passthrough.forward_sync("make_and_validate_key")
 
-    @property
-    def key_prefix(self) -> Any:
-        return self._wrapped.key_prefix
-
-    @key_prefix.setter
-    def key_prefix(self, value: Any) -> None:
-        pass
-
-    @property
-    def version(self) -> Any:
-        return self._wrapped.version
-
-    @version.setter
-    def version(self, value: Any) -> None:
-        pass
-
-    @property
-    def key_func(self) -> Callable[..., Any]:
-        return self._wrapped.key_func
-
-    @key_func.setter
-    def key_func(self, value: Any) -> None:
-        pass
-
-    def get_backend_timeout(self, *args: Any, **kwargs: Any) -> Any:
-        return self._wrapped.get_backend_timeout(*args, **kwargs)
-
-    def make_key(self, *args: Any, **kwargs: Any) -> Any:
-        return self._wrapped.make_key(*args, **kwargs)
-
-    def validate_key(self, *args: Any, **kwargs: Any) -> None:
-        self._wrapped.validate_key(*args, **kwargs)
-
-    def make_and_validate_key(self, *args: Any, **kwargs: Any) -> Any:
-        return self._wrapped.make_and_validate_key(*args, **kwargs)
+    has_key, ahas_key = passthrough.forward("has_key", answer=bool)
+    add, aadd = passthrough.forward("add", first="key", version_at=2, then="_written")
+    set, aset = passthrough.forward("set", first="key", version_at=2, then="_written")
+    set_many, aset_many = passthrough.forward(
+        "set_many", first="data", version_at=1, then="_written"
+    )
+    incr, aincr = passthrough.forward(
+        "incr", first="key", version_at=1, then="_written", always=True
+    )
+    decr, adecr = passthrough.forward(
+        "decr", first="key", version_at=1, then="_written", always=True
+    )
+    # A value whose life changes lives by its new TTL alone (its fill's meta is dropped: a
+    # soft expiry set for the old life would refresh it early).
+    touch, atouch = passthrough.forward(
+        "touch", first="key", version_at=1, then="_relived", always=True
+    )
+    # A fill of a deleted key in progress is voided, and its waiters sent to reload.
+    delete, adelete = passthrough.forward("delete", first="key", then="_deleted")
+    delete_many, adelete_many = passthrough.forward("delete_many", first="keys", then="_deleted")
+    # The value moves to the new version (without its fill's meta: it reads as a plain value
+    # there), and a fill of the old one in progress is voided, as ``delete`` voids it.
+    incr_version, aincr_version = passthrough.forward(
+        "incr_version", first="key", version_at=1, then="_moved"
+    )
+    decr_version, adecr_version = passthrough.forward(
+        "decr_version", first="key", version_at=1, then="_moved"
+    )
+    clear, aclear = passthrough.forward("clear", then="_cleared", always=True)
+    close, aclose = passthrough.forward("close")
 
     def get(self, *args: Any, **kwargs: Any) -> Any:
         near = self.near
@@ -589,8 +384,8 @@ class StampedeCache(BaseCache):
         near = self.near
         if near is None:
             return None, None
-        store = async_store_for(self.store)
-        if not isinstance(store, AsyncRedisStore):  # no asyncio twin (Sentinel): read as before
+        store = stores.async_near_store(self.store)
+        if store is None:  # no asyncio twin (Sentinel): read as before
             return None, None
         return near, store
 
@@ -603,7 +398,9 @@ class StampedeCache(BaseCache):
         values = ((key, passthrough.unwrap(record, MISSING)) for key, record in found)
         return {key: value for key, value in values if value is not MISSING}
 
-    def _forget(self, keys: Any, version: Any) -> None:
+    # -- bookkeeping after a forwarded call: ``then(keys, version, answer)`` ----------------------
+
+    def _written(self, keys: Any, version: Any, answer: Any = None) -> None:
         """Drop this process's copies of ``keys`` at once: it has just written them.
 
         Redis reports the write too, to every process; this one must not wait for it.
@@ -612,136 +409,38 @@ class StampedeCache(BaseCache):
         if near is not None:
             near.forget([self._wrapped.make_key(key, version=version) for key in keys])
 
-    def has_key(self, *args: Any, **kwargs: Any) -> bool:
-        return bool(self._wrapped.has_key(*args, **kwargs))
-
-    async def ahas_key(self, *args: Any, **kwargs: Any) -> bool:
-        return bool(await self._wrapped.ahas_key(*args, **kwargs))
-
-    def add(self, key: Any, *args: Any, **kwargs: Any) -> Any:
-        added = self._wrapped.add(key, *args, **kwargs)
-        self._forget([key], passthrough.arg(args, kwargs, 2, "version"))
-        return added
-
-    async def aadd(self, key: Any, *args: Any, **kwargs: Any) -> Any:
-        added = await self._wrapped.aadd(key, *args, **kwargs)
-        self._forget([key], passthrough.arg(args, kwargs, 2, "version"))
-        return added
-
-    def set(self, key: Any, *args: Any, **kwargs: Any) -> Any:
-        stored = self._wrapped.set(key, *args, **kwargs)
-        self._forget([key], passthrough.arg(args, kwargs, 2, "version"))
-        return stored
-
-    async def aset(self, key: Any, *args: Any, **kwargs: Any) -> Any:
-        stored = await self._wrapped.aset(key, *args, **kwargs)
-        self._forget([key], passthrough.arg(args, kwargs, 2, "version"))
-        return stored
-
-    def set_many(self, data: Any, *args: Any, **kwargs: Any) -> Any:
-        data = dict(data)
-        failed = self._wrapped.set_many(data, *args, **kwargs)
-        self._forget(data, passthrough.arg(args, kwargs, 1, "version"))
-        return failed
-
-    async def aset_many(self, data: Any, *args: Any, **kwargs: Any) -> Any:
-        data = dict(data)
-        failed = await self._wrapped.aset_many(data, *args, **kwargs)
-        self._forget(data, passthrough.arg(args, kwargs, 1, "version"))
-        return failed
-
-    def touch(self, key: Any, *args: Any, **kwargs: Any) -> Any:
-        """As the wrapped cache's; the value then lives by its new TTL alone (its fill's meta
-        is dropped: a soft expiry set for the old life would refresh it early)."""
-        version = passthrough.arg(args, kwargs, 1, "version")
-        try:
-            return self._wrapped.touch(key, *args, **kwargs)
-        finally:
-            self._relived([key], version)
-
-    async def atouch(self, key: Any, *args: Any, **kwargs: Any) -> Any:
-        """Async twin of :meth:`touch`."""
-        version = passthrough.arg(args, kwargs, 1, "version")
-        try:
-            return await self._wrapped.atouch(key, *args, **kwargs)
-        finally:
-            await sync_to_async(self._relived, thread_sensitive=False)([key], version)
-
-    def _relived(self, keys: list[Any], version: Any) -> None:
+    def _relived(self, keys: Any, version: Any, answer: Any = None) -> None:
         """A call changed the life of ``keys``' values: drop their meta and our copies."""
-        self._forget(keys, version)  # a copy must not outlive the key's new expiry
+        self._written(keys, version)  # a copy must not outlive the key's new expiry
         self.store.drop_meta([self._named_key(key, version) for key in keys])
 
-    def delete(self, key: Any, *args: Any, **kwargs: Any) -> Any:
-        """Delete ``key``; a fill of it in progress is voided and its waiters sent to reload."""
-        deleted = self._wrapped.delete(key, *args, **kwargs)
-        self._invalidate_fills([key], passthrough.arg(args, kwargs, 0, "version"))
-        return deleted
+    async def _arelived(self, keys: Any, version: Any, answer: Any = None) -> None:
+        await sync_to_async(self._relived, thread_sensitive=False)(keys, version)
 
-    async def adelete(self, key: Any, *args: Any, **kwargs: Any) -> Any:
-        """Async twin of :meth:`delete`."""
-        deleted = await self._wrapped.adelete(key, *args, **kwargs)
-        await self._ainvalidate_fills([key], passthrough.arg(args, kwargs, 0, "version"))
-        return deleted
-
-    def delete_many(self, keys: Any, *args: Any, **kwargs: Any) -> Any:
-        keys = list(keys)
-        deleted = self._wrapped.delete_many(keys, *args, **kwargs)
-        self._invalidate_fills(keys, passthrough.arg(args, kwargs, 0, "version"))
-        return deleted
-
-    async def adelete_many(self, keys: Any, *args: Any, **kwargs: Any) -> Any:
-        keys = list(keys)
-        deleted = await self._wrapped.adelete_many(keys, *args, **kwargs)
-        await self._ainvalidate_fills(keys, passthrough.arg(args, kwargs, 0, "version"))
-        return deleted
-
-    def incr_version(self, key: Any, *args: Any, **kwargs: Any) -> Any:
-        """As the wrapped cache's: the value moves to the new version (without its fill's
-        meta: it reads as a plain value there), and a fill of the old one in progress is
-        voided, as :meth:`delete` voids it."""
-        version = passthrough.arg(args, kwargs, 1, "version")
-        moved = self._wrapped.incr_version(key, *args, **kwargs)
-        self._invalidate_fills([key], version)
-        self._forget([key], moved)  # the returned version is the one written
-        return moved
-
-    async def aincr_version(self, key: Any, *args: Any, **kwargs: Any) -> Any:
-        """Async twin of :meth:`incr_version`."""
-        version = passthrough.arg(args, kwargs, 1, "version")
-        moved = await self._wrapped.aincr_version(key, *args, **kwargs)
-        await self._ainvalidate_fills([key], version)
-        self._forget([key], moved)
-        return moved
-
-    def decr_version(self, key: Any, *args: Any, **kwargs: Any) -> Any:
-        """See :meth:`incr_version`."""
-        version = passthrough.arg(args, kwargs, 1, "version")
-        moved = self._wrapped.decr_version(key, *args, **kwargs)
-        self._invalidate_fills([key], version)
-        self._forget([key], moved)  # the returned version is the one written
-        return moved
-
-    async def adecr_version(self, key: Any, *args: Any, **kwargs: Any) -> Any:
-        """Async twin of :meth:`decr_version`."""
-        version = passthrough.arg(args, kwargs, 1, "version")
-        moved = await self._wrapped.adecr_version(key, *args, **kwargs)
-        await self._ainvalidate_fills([key], version)
-        self._forget([key], moved)
-        return moved
-
-    def _invalidate_fills(self, keys: list[Any], version: Any) -> None:
+    def _deleted(self, keys: Any, version: Any, answer: Any = None) -> None:
         # Also drops this process's copies (the filler's near cache is this cache's).
         self.filler.invalidate(*(self._named_key(key, version) for key in keys))
 
-    async def _ainvalidate_fills(self, keys: list[Any], version: Any) -> None:
-        store = async_store_for(self.store)
+    async def _adeleted(self, keys: Any, version: Any, answer: Any = None) -> None:
+        store = stores.async_store(self.store)
         if store is None:  # no asyncio twin of the lock client (Sentinel): in a worker thread
-            call = functools.partial(self._invalidate_fills, keys, version)
+            call = functools.partial(self._deleted, keys, version)
             await sync_to_async(call, thread_sensitive=False)()
             return
-        self._forget(keys, version)
+        self._written(keys, version)
         await store.invalidate([self._named_key(key, version) for key in keys])
+
+    def _moved(self, keys: Any, version: Any, moved: Any) -> None:
+        self._deleted(keys, version)
+        self._written(keys, moved)  # the returned version is the one written
+
+    async def _amoved(self, keys: Any, version: Any, moved: Any) -> None:
+        await self._adeleted(keys, version)
+        self._written(keys, moved)
+
+    def _cleared(self, keys: Any, version: Any, answer: Any = None) -> None:
+        if self.near is not None:
+            self.near.flush()
 
     def _named_key(self, key: Any, version: Any) -> CacheKey:
         """Return the key as :meth:`_key` does, for a key the wrapped cache has just validated.
@@ -750,50 +449,6 @@ class StampedeCache(BaseCache):
         would refuse, as Django does; validating it again would warn twice.
         """
         return CacheKey(self._wrapped.make_key(key, version=version), key, version)
-
-    def incr(self, key: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return self._wrapped.incr(key, *args, **kwargs)
-        finally:
-            self._forget([key], passthrough.arg(args, kwargs, 1, "version"))
-
-    async def aincr(self, key: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await self._wrapped.aincr(key, *args, **kwargs)
-        finally:
-            self._forget([key], passthrough.arg(args, kwargs, 1, "version"))
-
-    def decr(self, key: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return self._wrapped.decr(key, *args, **kwargs)
-        finally:
-            self._forget([key], passthrough.arg(args, kwargs, 1, "version"))
-
-    async def adecr(self, key: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await self._wrapped.adecr(key, *args, **kwargs)
-        finally:
-            self._forget([key], passthrough.arg(args, kwargs, 1, "version"))
-
-    def clear(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return self._wrapped.clear(*args, **kwargs)
-        finally:
-            if self.near is not None:
-                self.near.flush()
-
-    async def aclear(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await self._wrapped.aclear(*args, **kwargs)
-        finally:
-            if self.near is not None:
-                self.near.flush()
-
-    def close(self, *args: Any, **kwargs: Any) -> Any:
-        return self._wrapped.close(*args, **kwargs)
-
-    async def aclose(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._wrapped.aclose(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         # Every other name of the wrapped cache (django-redis's ttl(), keys(), lock(), ...)

@@ -50,10 +50,29 @@ from .lock.mutex import Mutex
 _REDIS_BACKENDS = {"django.core.cache.backends.redis.RedisCache", "django_redis.cache.RedisCache"}
 
 
+#: The settings string of ``StampedeCache`` (users write it in ``CACHES``).
+STAMPEDE_BACKEND = "stampede.backends.StampedeCache"
+
+
+def _is_named(backend_class: Any, names: set[str]) -> bool:
+    """Return True if ``backend_class`` is, or subclasses, a class of one of ``names``.
+
+    By name, not by ``issubclass``: the backends are not imported to be recognised (this
+    module sits below ``stampede.backends``, and django-redis may not be installed).
+    """
+    if not isinstance(backend_class, type):
+        return False
+    return any(f"{cls.__module__}.{cls.__qualname__}" in names for cls in backend_class.__mro__)
+
+
 def is_redis_backend(backend_class: type) -> bool:
     """Return True if ``backend_class`` keeps its values in Redis (Django's or django-redis)."""
-    names = {f"{cls.__module__}.{cls.__qualname__}" for cls in backend_class.__mro__}
-    return bool(names & _REDIS_BACKENDS)
+    return _is_named(backend_class, _REDIS_BACKENDS)
+
+
+def is_stampede_backend(backend_class: Any) -> bool:
+    """Return True if ``backend_class`` is ``StampedeCache`` or a subclass of it."""
+    return _is_named(backend_class, {STAMPEDE_BACKEND})
 
 
 def store_for(backend: Any, lock_url: str | None) -> RedisStore | BackendStore:
@@ -371,10 +390,8 @@ def celery_lock_client() -> Any:
         return clients.for_url(lock_url)
     from django.core.cache import caches
 
-    from .backends import StampedeCache
-
     backend = caches["default"]
-    if isinstance(backend, StampedeCache):
+    if is_stampede_backend(type(backend)):  # its locks may live at LOCK_URL, apart from values
         return backend.store.client
     try:
         return store_for(backend, None).client

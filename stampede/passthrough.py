@@ -11,6 +11,8 @@ an upgrade: reads unwrap them.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 from .core.envelope import MISSING, Envelope, Failure
@@ -67,3 +69,137 @@ def older_many(found: dict[Any, Any]) -> dict[Any, Any]:
     if not any(type(v) is Envelope or isinstance(v, Failure) for v in found.values()):
         return found
     return unwrap_many(found)
+
+
+# -- methods that forward to the wrapped cache, built once ----------------------------------------
+#
+# ``StampedeCache`` answers every ``BaseCache`` method as the wrapped cache does, most of them
+# followed by some bookkeeping of its own (drop this process's near copies, void a fill). The
+# sync method and its ``a``-prefixed twin differ only in the ``await``: both are built here from
+# one description, so the pair cannot drift.
+
+#: How a forwarded call's first argument is read, and the keys its bookkeeping is told about.
+_FIRST: dict[str, Callable[[Any], Any]] = {"key": lambda key: key, "keys": list, "data": dict}
+
+
+def _signature(first: str | None) -> inspect.Signature:
+    """Return ``(self, <first>, *args, **kwargs)``: what ``inspect`` shows of a forwarded method."""
+    kind = inspect.Parameter
+    parameters = [kind("self", kind.POSITIONAL_OR_KEYWORD)]
+    if first is not None:
+        parameters.append(kind(first, kind.POSITIONAL_OR_KEYWORD))
+    parameters += [kind("args", kind.VAR_POSITIONAL), kind("kwargs", kind.VAR_KEYWORD)]
+    return inspect.Signature(parameters)
+
+
+def _arguments(
+    first: str | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, tuple[Any, ...]]:
+    """Return (the first argument, read once; the positional arguments to pass on)."""
+    if first is None:
+        return None, args
+    head = _FIRST[first](args[0] if args else kwargs.pop(first))
+    return head, (head, *args[1:])
+
+
+def forward(
+    name: str,
+    *,
+    first: str | None = None,
+    version_at: int = 0,
+    then: str | None = None,
+    always: bool = False,
+    answer: Callable[[Any], Any] = lambda found: found,
+) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """Return (``name``, ``a<name>``): methods calling the wrapped cache's own, then ``then``.
+
+    Args:
+        name: the ``BaseCache`` method (its async twin is ``"a" + name``).
+        first: the name of its first parameter, when the bookkeeping needs it: ``"key"``,
+            ``"keys"`` (read once into a list) or ``"data"`` (read once into a dict).
+        version_at: the position of ``version`` after the first argument.
+        then: the wrapper's bookkeeping, a method called as ``then(keys, version, answer)``;
+            the async method awaits ``"_a" + then[1:]`` where the wrapper has one.
+        always: run ``then`` even when the wrapped cache raises (with answer None).
+        answer: applied to the wrapped cache's answer (``bool`` for ``has_key``).
+    """
+
+    def bookkeeping(head: Any, passed: tuple[Any, ...], kwargs: Any) -> tuple[Any, Any]:
+        """Return (the keys, the version) the call wrote."""
+        keys = [head] if first == "key" else head
+        return keys, arg(passed[1:], kwargs, version_at, "version")
+
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        head, passed = _arguments(first, args, kwargs)
+        method = getattr(self._wrapped, name)
+        if then is None:
+            return answer(method(*passed, **kwargs))
+        after = getattr(self, then)
+        keys, version = bookkeeping(head, passed, kwargs)
+        try:
+            found = method(*passed, **kwargs)
+        except BaseException:
+            if always:
+                after(keys, version, None)
+            raise
+        after(keys, version, found)
+        return answer(found)
+
+    async def acall(self: Any, *args: Any, **kwargs: Any) -> Any:
+        head, passed = _arguments(first, args, kwargs)
+        method = getattr(self._wrapped, "a" + name)
+        if then is None:
+            return answer(await method(*passed, **kwargs))
+        after = getattr(self, "_a" + then[1:], None) or _awaitable(getattr(self, then))
+        keys, version = bookkeeping(head, passed, kwargs)
+        try:
+            found = await method(*passed, **kwargs)
+        except BaseException:
+            if always:
+                await after(keys, version, None)
+            raise
+        await after(keys, version, found)
+        return answer(found)
+
+    return _named(call, name, first), _named(acall, "a" + name, first)
+
+
+def _awaitable(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Return ``function`` as a coroutine function (bookkeeping that does no I/O)."""
+
+    async def call(*args: Any) -> Any:
+        return function(*args)
+
+    return call
+
+
+def forward_sync(name: str) -> Callable[..., Any]:
+    """Return the method ``name`` of the wrapped cache (one that has no async twin), as is."""
+
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self._wrapped, name)(*args, **kwargs)
+
+    return _named(call, name, None)
+
+
+def _named(function: Callable[..., Any], name: str, first: str | None) -> Callable[..., Any]:
+    function.__name__ = function.__qualname__ = name
+    function.__doc__ = f"As the wrapped cache's ``{name}``; every argument passes through."
+    function.__signature__ = _signature(first)  # type: ignore[attr-defined]
+    return function
+
+
+def wrapped_attribute(name: str) -> property:
+    """Return a property reading the wrapped cache's ``name``; assignments are ignored.
+
+    ``BaseCache.__init__`` assigns ``key_prefix``, ``version``, ``default_timeout`` and
+    ``key_func`` from the wrapper's own params: the wrapped cache's are the ones in force.
+    """
+
+    def read(self: Any) -> Any:
+        return getattr(self._wrapped, name)
+
+    def ignore(self: Any, value: Any) -> None:
+        pass
+
+    return property(read, ignore, doc=f"The wrapped cache's ``{name}``.")

@@ -1,0 +1,73 @@
+"""How ``StampedeCache``'s fill calls read their own arguments: ``bloom=`` and the loader.
+
+``get_or_load`` (and its async twin) take, beside Django's arguments, the fill's own
+(``bloom=``, ``bloom_item=``, ``default=``) and a loader that may be sync or async. This
+module turns them into what the core filler takes, and says what is wrong with them, naming
+the argument. The key and timeout are read in ``backends.py``: they are on the hit path.
+
+Rule: no I/O but the one a call's own ``bloom=`` filter asks for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from redis.exceptions import RedisError
+
+from .bloom import AnsweredGuard, BloomFilter, BloomGuard
+from .exceptions import NotFound
+
+#: ``get_or_load``'s ``default`` when none is given: ``bloom=`` raises ``NotFound``.
+NOT_FOUND: Any = object()
+
+
+def in_sync_thread(loader: Callable[[], Any]) -> Callable[[], Any]:
+    """Return a coroutine function running the sync ``loader`` as Django runs sync code.
+
+    asgiref's thread-sensitive ``sync_to_async``: off the event loop (a slow loader stalls no
+    other task), and in the thread Django's ORM expects (no ``SynchronousOnlyOperation``).
+    """
+    in_thread = sync_to_async(loader, thread_sensitive=True)
+
+    async def load() -> Any:
+        return await in_thread()
+
+    return load
+
+
+def guard(bloom: Any, key: Any, item: Any) -> Any:
+    """Return the ``bloom=`` guard of one call (checked now, naming what is wrong), or None."""
+    if isinstance(bloom, AnsweredGuard):
+        return bloom
+    if bloom is None:
+        if item is not None:
+            raise TypeError("bloom_item= needs bloom= (the BloomFilter to check it in)")
+        return None
+    return BloomGuard(bloom, key if item is None else item)
+
+
+async def answered(bloom: Any, key: Any, item: Any) -> dict[str, Any]:
+    """Return the ``bloom=`` arguments of a call whose sync fill runs in a worker thread.
+
+    An asyncio filter belongs to this loop: it is asked here, and the thread is handed its
+    answer, not the filter.
+    """
+    checked = guard(bloom, key, item)
+    if checked is None or isinstance(bloom, BloomFilter):
+        return {"bloom": bloom, "bloom_item": item}
+    try:
+        admitted = await checked.aadmits()
+    except RedisError:
+        admitted = True  # as the fill's own guard does: the miss goes on
+    return {"bloom": AnsweredGuard(checked.item, admitted), "bloom_item": None}
+
+
+def or_default(refused: NotFound, checked: Any, default: Any) -> Any:
+    """Return ``default`` for this call's own ``bloom=`` refusal; raise anything else (no
+    default given, or a ``NotFound`` from inside the loader, which is the loader's own)."""
+    ours = checked is not None and refused.item == checked.item
+    if default is NOT_FOUND or not ours:
+        raise refused
+    return default

@@ -1,0 +1,151 @@
+"""What a ``StampedeCache`` runs on: the store, fillers, near cache and locks built for its backing.
+
+From a cache's ``CacheSettings`` and the wrapped Django cache, this module picks the parts:
+over Redis, a ``RedisStore`` on the cache's own primary (``django_internals.store_for``), fenced
+(``FencedStore``) when ``OPTIONS["LOCK"]`` puts the locks in Redlock or ZooKeeper; over any
+other backend, the ``BackendStore`` with its locks at ``LOCK_URL`` (a Redis or Sentinel URL);
+the process's near cache in front of the store; the filler of each side (sync, and one per
+event loop); and the lock ``StampedeCache.mutex`` hands out.
+
+Rule: built, never configured here. Every choice follows from the settings already checked by
+``stampede.cache_settings``; nothing in this module validates a setting again.
+
+Rule: per process, what is per process. Backend objects are per thread (Django's ``caches``);
+the near cache's copies and the flight groups are per process, keyed by the wrapped alias.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+
+from .aio.filler import Filler as AsyncFiller
+from .aio.store import RedisStore as AsyncRedisStore
+from .cache_settings import CacheSettings
+from .core import lockspec
+from .core.near import NearCache, NearOptions
+from .django_internals import BackendStore, async_store_for, store_for
+from .fill import local
+from .fill.fenced import FencedStore
+from .fill.filler import Filler
+from .fill.near import NearReads
+from .fill.store import RedisStore
+from .io import clients
+from .lock.mutex import Mutex
+
+#: A cache's store: records and fill locks.
+Store = RedisStore | BackendStore
+
+# Per wrapped alias, its server and options, the process's near cache: backend objects are
+# per thread, copies are per process.
+_near_caches: dict[tuple[str, str, NearOptions], NearCache] = {}
+_near_caches_lock = threading.Lock()
+
+
+def store(wrapped: Any, settings: CacheSettings) -> Store:
+    """Return where the records and fill locks of a cache over ``wrapped`` live.
+
+    Raises:
+        ImproperlyConfigured: the wrapped cache's internals refuse (e.g. not Redis, no LOCK_URL).
+    """
+    try:
+        plain = store_for(wrapped, settings.lock_url)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"StampedeCache over {settings.location!r}: {exc}") from exc
+    if settings.lock is None:
+        return plain
+    assert isinstance(plain, RedisStore), "checked when built: the wrapped cache is Redis"
+    new_lock, lock_errors = outside_locks(settings.lock)
+    return FencedStore(
+        plain.client, new_lock, lock_errors=lock_errors, dumps=plain.dumps, loads=plain.loads
+    )
+
+
+def outside_locks(spec: lockspec.LockSpec) -> tuple[Callable[..., Any], tuple[type, ...]]:
+    """Return ``new_lock(name, ttl, **kwargs)`` for ``OPTIONS["LOCK"]``'s kind of lock, and
+    the errors of its system that mean "unreachable" (Redlock's are redis's own).
+
+    Clients are made once per process (per URL, per hosts string); locks once per flight.
+    """
+    if spec.kind == "redlock":
+        from .lock.redlock import Redlock
+
+        servers = [clients.for_url(url) for url in spec.urls]
+
+        def redlock(name: Any, ttl: float, **kwargs: Any) -> Any:
+            return Redlock(servers, name, ttl, **kwargs)
+
+        return redlock, ()
+    # ZooKeeper only where it is asked for: kazoo is an optional dependency.
+    from kazoo.exceptions import KazooException  # type: ignore[import-untyped]
+    from kazoo.handlers.threading import KazooTimeoutError  # type: ignore[import-untyped]
+
+    from .contrib.zookeeper import ZooKeeperLock, shared_client
+
+    def zookeeper(name: Any, ttl: float, **kwargs: Any) -> Any:
+        # The session, shared by the process's locks, is opened on the first fill that locks.
+        client = shared_client(spec.hosts, spec.session_timeout)
+        return ZooKeeperLock(client, name, ttl, path=spec.path, **kwargs)
+
+    return zookeeper, (KazooException, KazooTimeoutError)
+
+
+def near(settings: CacheSettings, store: Store, key_prefix: Any) -> NearReads | None:
+    """Return the process's near cache of a cache (``OPTIONS["NEAR_CACHE"]``), or None."""
+    options = settings.near
+    if options is None:
+        return None
+    assert isinstance(store, RedisStore), "checked when built: the wrapped cache is Redis"
+    # Django's default KEY_FUNCTION: "<KEY_PREFIX>:<VERSION>:<key>".
+    prefix = options.prefix if options.prefix is not None else f"{key_prefix}:"
+    # The copies belong to one server: an alias that comes to name another (settings
+    # changed, as tests do) gets a near cache of its own, never the old server's copies
+    # or the tracking state its connection left.
+    location = settings.location
+    server = repr(getattr(django_settings, "CACHES", {}).get(location, {}).get("LOCATION"))
+    identity = (location, server, options)
+    with _near_caches_lock:
+        copies = _near_caches.get(identity)
+        if copies is None:
+            copies = _near_caches[identity] = NearCache(options.maxsize, options.ttl)
+    return NearReads(copies, store, prefix)
+
+
+def filler(settings: CacheSettings, store: Store, near: NearReads | None) -> Filler:
+    """Return a filler of ``store``; every thread's backend object of one cache coalesces in
+    one flight group (the process's, for the wrapped alias)."""
+    return Filler(store, settings.fill, flights=local.group(settings.location), near=near)
+
+
+def async_filler(settings: CacheSettings, store: Store, near: NearReads | None) -> Any:
+    """Return the running loop's twin of :func:`filler`, or None where the store has none
+    (Sentinel-managed pools, fills locked outside the cache's Redis)."""
+    twin = async_store_for(store)
+    if twin is None:
+        return None
+    return AsyncFiller(twin, settings.fill, flights=settings.location, near=near)
+
+
+def async_store(store: Store) -> Any:
+    """Return the running loop's twin of ``store``, or None where it has none (Sentinel,
+    fills locked outside the cache's Redis): their sync calls then run in a worker thread."""
+    return async_store_for(store)
+
+
+def async_near_store(store: Store) -> AsyncRedisStore | None:
+    """Return the running loop's store for the near cache's reads, or None where the store
+    has no asyncio twin (Sentinel): those reads go through the wrapped cache, as without one."""
+    twin = async_store_for(store)
+    return twin if isinstance(twin, AsyncRedisStore) else None
+
+
+def mutex(store: Store, full_key: Any, ttl: float, **kwargs: Any) -> Any:
+    """Return a lock on ``full_key``, not yet acquired: the kind ``OPTIONS["LOCK"]`` names
+    (``Redlock``, ``ZooKeeperLock``), else a ``Mutex`` in the store's Redis."""
+    if isinstance(store, FencedStore):
+        return store.new_lock(full_key, ttl, **kwargs)
+    return Mutex(store.client, full_key, ttl=ttl, **kwargs)

@@ -1,0 +1,118 @@
+"""One reading of a ``StampedeCache``'s settings: the backend raises its first problem, the
+checks report every one, in the same words.
+
+No Redis: reading settings connects to nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any
+
+import pytest
+from asgiref.sync import iscoroutinefunction
+from django.core.cache import caches
+from django.core.cache.backends.base import BaseCache
+from django.core.exceptions import ImproperlyConfigured
+
+from stampede import cache_settings
+from stampede.backends import StampedeCache
+from stampede.checks import check_caches
+from tests.django import workers
+
+REDIS_URL = "redis://127.0.0.1:6379/0"  # never connected to
+REDLOCK = {"REDLOCK": [REDIS_URL, REDIS_URL + "?a=1", REDIS_URL + "?a=2"]}
+
+BAD = {
+    "location": ("nowhere", {}),
+    "options not a dict": ("backing", ["LOCK_TTL", 5]),
+    "unknown option": ("backing", {"LOCK_TIMEOUT": 5}),
+    "bad value": ("backing", {"ON_TIMEOUT": "lod"}),
+    "bad lock url": ("backing", {"LOCK_URL": "127.0.0.1:6379"}),
+    "bad near cache": ("backing", {"NEAR_CACHE": 100}),
+    "bad lock": ("backing", {"LOCK": {"REDLOCK": [REDIS_URL]}}),
+    "lock and lock url": ("backing", {"LOCK": REDLOCK, "LOCK_URL": REDIS_URL}),
+    "several": ("backing", {"LOCK_TIMEOUT": 5, "GRACE": "1m", "NEAR_CACHE": 100}),
+}
+
+
+def caches_with(location: Any, options: Any) -> dict[str, Any]:
+    setting = workers.caches_config(REDIS_URL)
+    setting["default"] = {**setting["default"], "LOCATION": location, "OPTIONS": options}
+    return setting
+
+
+@pytest.mark.parametrize(("location", "options"), BAD.values(), ids=list(BAD))
+def test_the_backend_raises_the_first_problem_the_checks_report_all(settings, location, options):
+    settings.CACHES = caches_with(location, options)
+    _, problems = cache_settings.read(location, options, settings.CACHES, "default")
+    assert problems
+
+    with pytest.raises(ImproperlyConfigured) as raised:
+        caches["default"]
+
+    assert str(raised.value) == problems[0].message
+    messages = check_caches(app_configs=None)
+    assert [(m.id, m.msg, m.hint) for m in messages] == [
+        (p.id, p.check_message("default"), p.hint) for p in problems
+    ]
+
+
+def test_every_problem_is_found_in_one_reading():
+    configured = caches_with("backing", {})
+    options = {"LOCK_TIMEOUT": 5, "GRACE": "1m", "LOCK_TTL": -1, "NEAR_CACHE": 100}
+    settings, problems = cache_settings.read("backing", options, configured, "default")
+    assert settings is None
+    assert [p.id for p in problems] == [
+        "stampede.E006",
+        "stampede.E007",
+        "stampede.E007",
+        "stampede.E009",
+    ]
+
+
+def test_good_settings_parse_into_one_frozen_object():
+    configured = caches_with("backing", {})
+    parsed = cache_settings.CacheSettings.parse(
+        "backing", {"LOCK_TTL": 5, "NEAR_CACHE": {"MAXSIZE": 10, "TTL": 1.0}}, configured
+    )
+    assert (parsed.location, parsed.redis_backing, parsed.lock_url) == ("backing", True, None)
+    assert parsed.fill.lock_ttl == 5.0 and parsed.near is not None and parsed.lock is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        parsed.location = "other"  # type: ignore[misc]
+
+
+def test_the_backend_runs_on_the_settings_it_was_built_with(settings):
+    settings.CACHES = workers.caches_config(REDIS_URL, LOCK_TTL=5)
+    cache = caches["default"]
+    assert cache._settings.fill.lock_ttl == 5.0
+    assert cache.filler.options is cache._settings.fill
+
+
+# -- the forwarding methods ------------------------------------------------------------------
+
+
+def test_every_public_method_of_base_cache_is_the_wrappers_own():
+    # BaseCache's generic code would run with the wrapper's own VERSION and KEY_PREFIX.
+    names = [n for n, _ in inspect.getmembers(BaseCache, inspect.isfunction) if n[0] != "_"]
+    inherited = [name for name in names if getattr(StampedeCache, name) is getattr(BaseCache, name)]
+    assert inherited == []
+
+
+@pytest.mark.parametrize(
+    ("name", "parameters"),
+    [
+        ("set", ["self", "key", "args", "kwargs"]),
+        ("aset", ["self", "key", "args", "kwargs"]),
+        ("delete_many", ["self", "keys", "args", "kwargs"]),
+        ("aset_many", ["self", "data", "args", "kwargs"]),
+        ("clear", ["self", "args", "kwargs"]),
+        ("get_or_set", ["self", "key", "default", "timeout", "version"]),
+    ],
+)
+def test_forwarded_methods_show_their_parameters(name, parameters):
+    method = getattr(StampedeCache, name)
+    assert list(inspect.signature(method).parameters) == parameters
+    assert method.__name__ == name
+    assert iscoroutinefunction(method) == name.startswith("a")

@@ -1,0 +1,79 @@
+"""The Django adapter's modules import in one direction: no cycle, counting lazy imports.
+
+``stampede.backends`` sits on ``cache_settings``, ``stores``, ``passthrough`` and ``call_args``,
+which sit on ``django_internals``; none of them imports a module above it, not even inside a
+function (a lazy import hides a cycle from the interpreter, not from the design).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import stampede
+
+PACKAGE = Path(stampede.__file__).parent
+ADAPTER = [
+    "stampede.backends",
+    "stampede.cache_settings",
+    "stampede.call_args",
+    "stampede.checks",
+    "stampede.django_internals",
+    "stampede.passthrough",
+    "stampede.stores",
+]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_by(path: Path) -> set[str]:
+    """Return the stampede modules ``path`` imports anywhere in its body."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {module for module in found if module.startswith("stampede")}
+
+
+def graph() -> dict[str, set[str]]:
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    return {name: imported_by(path) & set(modules) - {name} for name, path in modules.items()}
+
+
+def reaches(edges: dict[str, set[str]], start: str, goal: str) -> bool:
+    seen, todo = set(), list(edges.get(start, ()))
+    while todo:
+        module = todo.pop()
+        if module == goal:
+            return True
+        if module not in seen:
+            seen.add(module)
+            todo.extend(edges.get(module, ()))
+    return False
+
+
+@pytest.mark.parametrize("module", ADAPTER)
+def test_no_import_cycle_runs_through_the_module(module):
+    edges = graph()
+    assert module in edges
+    back = sorted(other for other in edges[module] if reaches(edges, other, module))
+    assert back == [], f"{module} imports {back}, which import it back"
+
+
+def test_django_internals_imports_no_module_of_the_adapter():
+    above = set(ADAPTER) - {"stampede.django_internals"}
+    assert graph()["stampede.django_internals"] & above == set()
