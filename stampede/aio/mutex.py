@@ -1,29 +1,36 @@
-"""Async twin of ``stampede.lock.mutex``: the same lock, for ``redis.asyncio`` clients.
+"""The per-name Redis mutex: acquire, extend, release, fencing tokens and renewal.
 
-Validation, script arguments and the waiting rules come from ``stampede.lock.rules``, shared with
-the sync ``Mutex``; only the waiting differs (a renewal task per held lock instead of the
-process's watchdog thread; an ``asyncio.Lock`` as the local queue).
+The lock is memcache-style ``add`` on Redis: ``SET {name}:lock <token> NX PX <ttl>``, where the
+token is 128 random bits from :mod:`secrets`, so only the holder can extend or release it
+(compare-and-pexpire, compare-and-delete: both single Lua calls). A release publishes on
+``{name}:done`` in the same call, which wakes every process waiting for this name.
+
+Rule: a blocked acquirer never sleep-polls. It subscribes (confirmed) before its ``SET NX``
+attempt, parks until a release is published, and wakes on its own only when the holder's TTL
+runs out (a holder that crashed publishes nothing).
+
+Rule: inside one process (one event loop), blocked acquirers of one name queue on a local lock
+and only the head of that queue contends in Redis; so N waiting threads (tasks) cost what one
+does.
+
+Rule: the lock's life is kept by Redis (``PX``); local deadlines use ``time.monotonic()``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
-import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core import events
 from ..core import options as conf
-from ..exceptions import LockLost, LockTimeout
 from ..io import scripts
-from ..io.clients import connection_pool_of
 from ..lock.rules import (
     RELEASED,
+    AsyncHoldContext,
     MutexBase,
     attempt_result,
     deadline_after,
@@ -32,14 +39,29 @@ from ..lock.rules import (
     park_time,
     remaining,
 )
-from .loops import loop_state
+from .concurrency import Renewal, local_turn, schedule_renewal, state_lock
 from .notify import Subscription, notifier_for
 
 logger = logging.getLogger(__name__)
 
 
-class Mutex(MutexBase):
-    """Async twin of :class:`stampede.Mutex`; ``async with`` instead of ``with``."""
+class Mutex(AsyncHoldContext, MutexBase):
+    """A lock on ``name`` shared by every thread, process and machine using the same Redis.
+
+    One ``Mutex`` object is one would-be holder: create one per thread or task (it is cheap);
+    acquiring an object that already holds raises ``RuntimeError`` (it is not reentrant).
+
+    Args:
+        redis_client: a ``redis.Redis`` (or Sentinel master, or cluster) client.
+        name: the lock's name; for cache keys, the full cache key.
+        ttl: seconds the lock lives unless extended; a crashed holder blocks others this long.
+        auto_renew: extend the lock every ``ttl / 3`` while held, so a slow holder keeps it.
+        timeout: how long ``async with mutex:`` waits before raising :class:`LockTimeout`
+            (None: forever).
+        on_lost: called with this mutex when a renewal finds the lock no longer ours.
+        fencing: issue a fencing token on each acquire (``fencing_token``); False saves
+            three Redis commands per acquire where nothing downstream checks it.
+    """
 
     def __init__(
         self,
@@ -55,10 +77,20 @@ class Mutex(MutexBase):
         super().__init__(
             redis_client, name, ttl, auto_renew, timeout=timeout, on_lost=on_lost, fencing=fencing
         )
-        self._renewal: asyncio.Task[None] | None = None
+        # Guards _token against the watchdog thread: a renewal must not run after release.
+        self._state = state_lock()
+        self._renewal: Renewal | None = None
+
+    # -- acquire ----------------------------------------------------------------------------
 
     async def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
-        """Async twin of :meth:`stampede.Mutex.acquire`."""
+        """Return True once the lock is ours, False if ``timeout`` (or non-blocking) ran out.
+
+        Raises:
+            ValueError: a negative ``timeout``, or a ``timeout`` with ``blocking=False``.
+            RuntimeError: this object already holds the lock.
+            redis.exceptions.RedisError: Redis failed; the error is not swallowed.
+        """
         timeout = self._check_acquire(blocking, timeout)
         deadline = deadline_after(timeout)
         token = secrets.token_hex(16)
@@ -70,7 +102,11 @@ class Mutex(MutexBase):
         return acquired
 
     async def attempt(self) -> tuple[bool, float | None]:
-        """Async twin of :meth:`stampede.Mutex.attempt`."""
+        """Make one non-blocking attempt; return (acquired, seconds the holder has left).
+
+        The holder's remaining TTL comes from the same Lua call, so a waiter knows how long it
+        may park at most; None when unknown (no TTL, or the lock just vanished).
+        """
         self._check_not_held()
         token = secrets.token_hex(16)
         acquired, value = await self._try(token)
@@ -80,14 +116,16 @@ class Mutex(MutexBase):
         return False, holder_ttl_seconds(value)
 
     async def _try(self, token: str) -> tuple[bool, int]:
+        """One SET NX: (True, fencing token) if won, else (False, the holder's TTL left in ms)."""
         keys, args = self._acquire_keys_args(token)
         return attempt_result(await scripts.arun(self._client, scripts.ACQUIRE, keys, args))
 
     async def _wait_and_try(self, token: str, deadline: float | None) -> tuple[bool, int]:
-        async with _local_turn(self._client, self._lock_key, deadline) as our_turn:
+        async with local_turn(self._client, self._lock_key, deadline) as our_turn:
             if not our_turn:
                 return False, 0
-            # Subscribed (and confirmed) before the next SET NX: see stampede.lock.mutex.
+            # Subscribed (and confirmed) before the next SET NX, so a release in between
+            # is a message we will receive, not one we missed.
             subscription = await self._subscribe(deadline)
             if subscription is None:
                 return await self._try(token)  # no time left to wait: one last attempt
@@ -102,7 +140,13 @@ class Mutex(MutexBase):
                     await subscription.wait(park_time(left, holder_ttl_ms=value))
 
     async def _subscribe(self, deadline: float | None) -> Subscription | None:
-        """Async twin of ``stampede.lock.mutex.Mutex._subscribe``."""
+        """Return a confirmed subscription to the release channel, or None if ``deadline``
+        ran out before Redis confirmed it.
+
+        The subscribe gets the time we have left, not the notifier's own bound: a slow or
+        silent Redis must not hold ``acquire(timeout=1)`` for ten seconds. Running out of our
+        own time is a timeout (False), not a Redis failure.
+        """
         left = remaining(deadline)
         if left is not None and left <= 0:
             return None
@@ -115,14 +159,21 @@ class Mutex(MutexBase):
             return None
 
     def _hold(self, token: str, fence: int) -> None:
-        self._held(token, fence)
-        if self.auto_renew:
-            self._renewal = asyncio.get_running_loop().create_task(self._renew_while_held(token))
+        with self._state:
+            self._held(token, fence)
+            if self.auto_renew:
+                self._renewal = schedule_renewal(self._renew, self.ttl / 3)
+
+    # -- while held -------------------------------------------------------------------------
 
     async def extend(self, ttl: float | None = None) -> bool:
-        """Async twin of :meth:`stampede.Mutex.extend`."""
+        """Return True if the lock is ours and now lives ``ttl`` (default: its ttl) from now.
+
+        False means the lock expired or was taken by another holder; ``lost`` becomes True.
+        """
         ttl = self.ttl if ttl is None else conf.seconds("ttl", ttl)
-        extended = await self._run_extend(self._require_token("extend"), ttl)
+        with self._state:
+            extended = await self._run_extend(self._require_token("extend"), ttl)
         if not extended:
             self._report_lost()
         return extended
@@ -131,25 +182,27 @@ class Mutex(MutexBase):
         keys, args = self._extend_keys_args(token, ttl)
         return bool(await scripts.arun(self._client, scripts.EXTEND, keys, args))
 
-    async def _renew_while_held(self, token: str) -> None:
-        while True:
-            await asyncio.sleep(self.ttl / 3)
-            if self._token != token:
-                return
+    async def _renew(self) -> bool:
+        """Renewal: extend while held; stop at release or at the first refusal."""
+        with self._state:
+            if self._token is None:
+                return False
             try:
-                extended = await self._run_extend(token, self.ttl)
+                extended = await self._run_extend(self._token, self.ttl)
             except Exception as exc:
+                # Redis may come back before the TTL runs out; if not, the next renewal is
+                # refused and the loss is reported then.
                 logger.warning("stampede: renewing lock %r failed: %s", self.name, exc)
-                continue
-            if not extended:
-                if self._token == token:
-                    self._report_lost()
-                return
+                return True
+        if not extended:
+            self._report_lost()
+        return extended
 
     def _report_lost(self) -> None:
-        if self.lost:
-            return
-        self.lost = True
+        with self._state:
+            if self.lost:
+                return
+            self.lost = True
         logger.warning("stampede: lock %r was lost while held", self.name)
         events.emit("lock_lost", key=self.name)
         if self.on_lost is not None:
@@ -159,63 +212,35 @@ class Mutex(MutexBase):
                 logger.exception("stampede: on_lost callback of lock %r raised", self.name)
 
     async def locked(self) -> bool:
-        """Async twin of :meth:`stampede.Mutex.locked`."""
+        """Return True if anyone (this object or another) holds the lock now."""
         return bool(await self._client.exists(self._lock_key))
 
     async def owned(self) -> bool:
-        """Async twin of :meth:`stampede.Mutex.owned`."""
+        """Return True if this object holds the lock now, as far as Redis says."""
         token = self._token
         if token is None:
             return False
         return owned_by(await self._client.get(self._lock_key), token)
 
+    # -- release ----------------------------------------------------------------------------
+
     async def release(self, *, message: bytes = RELEASED) -> bool:
-        """Async twin of :meth:`stampede.Mutex.release`."""
-        token = self._require_token("release")
-        self._token = None
-        if self._renewal is not None:
-            self._renewal.cancel()
-            self._renewal = None
+        """Return True if the lock was ours and is released; False if it had been lost.
+
+        A lost lock is left alone: whoever holds it now keeps it. ``message`` is what the
+        waiters are told (the fill protocol publishes its outcome: filled, or a failure).
+
+        Raises:
+            RuntimeError: this object does not hold the lock.
+        """
+        with self._state:
+            token = self._require_token("release")
+            self._token = None
+            if self._renewal is not None:
+                self._renewal.cancel()
+                self._renewal = None
         keys, args = self._release_keys_args(token, message)
         released = bool(await scripts.arun(self._client, scripts.RELEASE, keys, args))
         if not released:
             self._report_lost()
         return released
-
-    async def __aenter__(self) -> Mutex:
-        started = time.monotonic()
-        if not await self.acquire(timeout=self.timeout):
-            raise LockTimeout(self.name, time.monotonic() - started)
-        return self
-
-    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
-        released = await self.release()
-        if not released and exc_type is None:
-            raise LockLost(self.name)
-
-
-# -- the local queue: one contender per lock name per event loop -------------------------------
-
-
-@asynccontextmanager
-async def _local_turn(client: Any, lock_key: Any, deadline: float | None) -> AsyncIterator[bool]:
-    """Async twin of ``stampede.lock.mutex._local_turn``."""
-    turns = loop_state().turns
-    slot = (id(connection_pool_of(client)), lock_key)
-    entry = turns.setdefault(slot, [asyncio.Lock(), 0])
-    entry[1] += 1
-    turn: asyncio.Lock = entry[0]
-    left = remaining(deadline)
-    try:
-        await asyncio.wait_for(turn.acquire(), None if left is None else max(left, 0))
-        got_turn = True
-    except asyncio.TimeoutError:
-        got_turn = False
-    try:
-        yield got_turn
-    finally:
-        if got_turn:
-            turn.release()
-        entry[1] -= 1
-        if entry[1] == 0:
-            del turns[slot]

@@ -1,15 +1,25 @@
-"""Async twin of ``stampede.lock.redlock``: the same quorum lock, for ``redis.asyncio`` clients.
+"""Redlock: one lock over N independent Redis servers, held while a majority of them agrees.
 
-The vote, validity, fences and parking rules come from ``stampede.lock.rules``, shared with the
-sync ``Redlock``. What differs is only how it waits: the servers are asked at once
-(``asyncio.gather``), each bounded by ``server_timeout`` with ``asyncio.wait_for`` on the
-caller's own client (a cancelled command's connection is dropped by redis-py, so no pool of
-our own is needed), a renewal task per held lock, and an ``asyncio.Lock`` as the local queue.
+Each server runs the Mutex's own scripts on the Mutex's own keys: ``ACQUIRE`` (``SET NX PX`` plus
+the fence ``INCR``), ``COMPARE_PEXPIRE`` to extend, ``RELEASE`` (compare-and-delete, then
+``PUBLISH`` on the done channel). What is added is the vote: a lock is ours when a majority
+(``N // 2 + 1``) said yes within its validity, and ``FENCE_RAISE``, which writes the token back
+to that majority so that tokens keep increasing whichever majority the next holder wins.
+
+Rule: every server gets ``server_timeout`` to answer, no more (threads ask them in turn through
+a pool of their own, one attempt per command; tasks ask them at once, each call bounded); a
+server that fails or is slow counts as a "no", never as an error.
+
+Rule: a blocked acquirer never sleep-polls while a holder has the majority. It subscribes
+(confirmed) before voting again, and parks until a release is published or until enough of the
+holder's keys expire. Only a split vote, or too few servers answering, waits Redlock's random
+pause instead: contenders who split a vote would split the next one too if woken together.
+
+Rule: the lock's life is kept by the servers (``PX``); our validity uses ``time.monotonic()``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import secrets
@@ -34,7 +44,8 @@ from ..lock.rules import (
     owned_by,
     remaining,
 )
-from .mutex import _local_turn
+from .concurrency import Renewal, ask_each, local_turn, schedule_renewal, sleep, state_lock
+from .concurrency import quick_client as _quick_client
 from .notify import Subscription, notifier_for
 
 logger = logging.getLogger(__name__)
@@ -44,7 +55,55 @@ _SUBSCRIBE_ROUND_TRIPS = 3
 
 
 class Redlock(AsyncHoldContext, RedlockBase):
-    """Async twin of :class:`stampede.Redlock`; ``async with`` instead of ``with``."""
+    """A lock on ``name`` held by whoever wins a majority of ``clients``' independent servers.
+
+    The interface is :class:`stampede.Mutex`'s: one object per would-be holder, not
+    reentrant, ``async with redlock:`` raising :class:`LockTimeout`, ``fencing_token``,
+    ``auto_renew`` (a majority extended every ``ttl / 3``; ``on_lost`` when it cannot be).
+
+    Guarantees:
+        * Mutual exclusion while the servers keep their data and clocks: a hold needs a
+          majority, two majorities share a server, and that server refuses the second holder
+          until the first releases or its key expires. Up to ``(N - 1) // 2`` servers may be
+          down, stopped or unreachable: acquires still succeed.
+        * ``acquire`` returns True only within the validity: ``ttl`` minus the time the vote
+          took minus the allowed clock drift (1 % of ``ttl`` + 2 ms); ``validity`` says how
+          much of it is left. A vote that loses releases whatever it won, token-safely.
+        * Fencing tokens strictly increase across holders, whichever majority each one won:
+          the token is the largest fence its majority issued, written back to a majority
+          before ``acquire`` returns, and the next majority shares a server with it. Each
+          server keeps the counter 24 hours after the last hold (``FENCE_RETENTION``); then it
+          restarts from the server's clock in microseconds, which is still larger unless the
+          servers' clocks differ by more than that. (An acquirer that dies between its two
+          rounds leaves a counter kept only ``ttl``: then the clocks must agree within ``ttl``.)
+        * ``release`` and ``extend`` are token-safe on every server: they never touch a lock
+          that another holder has taken since.
+
+    Not guaranteed:
+        * Safety past the validity. A holder paused (GC, swap, a stopped VM) or slowed beyond
+          it may still believe it holds the lock while another does; clocks that jump (an NTP
+          step, a VM resumed) or run faster than the allowed drift expire keys early. This is
+          Kleppmann's objection to Redlock, and antirez's answer: check ``validity`` before
+          acting, and pass ``fencing_token`` to the resource so it refuses older tokens.
+        * A server restarted without persistence (or failed over to a replica that missed the
+          write) forgets the lock and the fence: another holder can then win a majority while
+          the first still holds. Restart a server only after ``ttl`` has passed (delayed
+          restarts), or run it with ``appendfsync always``.
+        * Fairness or FIFO order among waiters.
+
+    Args:
+        clients: one client per independent server (``redis.Redis``; not a cluster): at
+            least one, usually 3 or 5.
+        name: the lock's name; the keys on each server are those of ``Mutex(name)``.
+        ttl: seconds the lock lives unless extended; a crashed holder blocks others this long.
+        auto_renew: extend the lock on a majority every ``ttl / 3`` while held.
+        timeout: how long ``with redlock:`` waits before raising ``LockTimeout``.
+        on_lost: called with this lock when a renewal cannot extend a majority.
+        fencing: issue a fencing token (two rounds per acquire); False saves the second.
+        retry_delay: (min, max) seconds of the random pause after a split or short vote.
+        server_timeout: seconds each server gets to answer each command; default 50 ms, or a
+            tenth of ``ttl`` if shorter, so that N slow servers cannot eat the validity.
+    """
 
     def __init__(
         self,
@@ -70,12 +129,20 @@ class Redlock(AsyncHoldContext, RedlockBase):
             retry_delay=retry_delay,
             server_timeout=server_timeout,
         )
-        self._renewal: asyncio.Task[None] | None = None
+        self._quick = tuple(_quick_client(client, self.server_timeout) for client in self.clients)
+        # Guards _token against the watchdog thread: a renewal must not run after release.
+        self._state = state_lock()
+        self._renewal: Renewal | None = None
 
     # -- acquire ----------------------------------------------------------------------------
 
     async def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
-        """Async twin of :meth:`stampede.Redlock.acquire`."""
+        """Return True once a majority is ours, False if ``timeout`` (or non-blocking) ran out.
+
+        Raises:
+            ValueError: a negative ``timeout``, or a ``timeout`` with ``blocking=False``.
+            RuntimeError: this object already holds the lock.
+        """
         timeout = self._check_acquire(blocking, timeout)
         deadline = deadline_after(timeout)
         token = secrets.token_hex(16)
@@ -87,7 +154,10 @@ class Redlock(AsyncHoldContext, RedlockBase):
         return vote.won
 
     async def attempt(self) -> tuple[bool, float | None]:
-        """Async twin of :meth:`stampede.Redlock.attempt`."""
+        """Make one vote; return (acquired, seconds until enough holders' keys expire).
+
+        The seconds are None when unknown: a split vote, or too few servers answered.
+        """
         self._check_not_held()
         token = secrets.token_hex(16)
         vote = await self._vote(token)
@@ -97,7 +167,7 @@ class Redlock(AsyncHoldContext, RedlockBase):
         return False, self._free_in(vote)
 
     async def _vote(self, token: str) -> Vote:
-        """Async twin of ``stampede.lock.redlock.Redlock._vote``."""
+        """Ask every server for the lock; keep it only if a majority said yes in time."""
         started = time.monotonic()
         keys, args = self._acquire_keys_args(token)
         replies = await self._ask(lambda server: scripts.arun(server, scripts.ACQUIRE, keys, args))
@@ -108,7 +178,9 @@ class Redlock(AsyncHoldContext, RedlockBase):
         valid_for = rules.validity(self.ttl, time.monotonic() - started)
         won = len(yes) >= self.quorum and fenced >= self.quorum and valid_for > 0
         if not won and len(refused) < len(answers):
-            # A server that timed out may still have set our key: see the sync Redlock.
+            # A server that timed out may still have set our key: a lost vote releases
+            # everywhere but where another holder said no, token-safely, so that it does not
+            # stand in the way of the next vote.
             await self._release_on([i for i in range(len(answers)) if i not in refused], token)
         holder_ttls = tuple(answer[1] for answer in answers if answer and not answer[0])
         return Vote(won, fence if won else 0, started + valid_for, len(yes), holder_ttls)
@@ -116,7 +188,12 @@ class Redlock(AsyncHoldContext, RedlockBase):
     async def _raise_fences(
         self, answers: list[tuple[bool, int] | None], yes: list[int]
     ) -> tuple[int, int]:
-        """Async twin of ``stampede.lock.redlock.Redlock._raise_fences``."""
+        """Write the largest fence the servers at ``yes`` issued back to them; return (it, on
+        how many servers the fence is now at least that).
+
+        Done on a lost vote too, since ACQUIRE shortened the counter's life to ``ttl``. A
+        server that said no takes nothing: its counter is another holder's to raise.
+        """
         if not self.fencing or not yes:
             return 0, len(yes)
         fence = max(answer[1] for answer in answers if answer and answer[0])
@@ -128,10 +205,11 @@ class Redlock(AsyncHoldContext, RedlockBase):
         return fence, sum(1 for reply in replies if reply is not None and int(reply) >= fence)
 
     async def _wait_and_vote(self, token: str, deadline: float | None) -> Vote:
-        async with _local_turn(self._client, self._lock_key, deadline) as our_turn:
+        async with local_turn(self._client, self._lock_key, deadline) as our_turn:
             if not our_turn:
                 return NO_VOTE
-            # Subscribed (and confirmed) before the next vote: see stampede.lock.redlock.
+            # Subscribed (and confirmed) before the next vote, so a release in between is a
+            # message we will receive, not one we missed.
             subscription = await self._subscribe(deadline)
             try:
                 while True:
@@ -154,10 +232,15 @@ class Redlock(AsyncHoldContext, RedlockBase):
         if on_release and subscription is not None:
             await subscription.wait(seconds)
         else:
-            await asyncio.sleep(seconds)  # Redlock's random pause: see stampede.lock.redlock
+            await sleep(seconds)  # Redlock's random pause: see the module docstring
 
     async def _subscribe(self, deadline: float | None) -> Subscription | None:
-        """Async twin of ``stampede.lock.redlock.Redlock._subscribe``."""
+        """Return a confirmed subscription to the release channel on the first server that
+        gives one in time, or None if none does before ``deadline``.
+
+        One is enough: every release is published on every server (a failed vote's too), and
+        a subscription whose connection breaks wakes its waiter, who votes again.
+        """
         for client in self.clients:
             left = remaining(deadline)
             if left is not None and left <= 0:
@@ -172,17 +255,22 @@ class Redlock(AsyncHoldContext, RedlockBase):
         return None
 
     def _hold(self, token: str, vote: Vote) -> None:
-        self._held(token, vote.fence)
-        self._valid_until = vote.valid_until
-        if self.auto_renew:
-            self._renewal = asyncio.get_running_loop().create_task(self._renew_while_held(token))
+        with self._state:
+            self._held(token, vote.fence)
+            self._valid_until = vote.valid_until
+            if self.auto_renew:
+                self._renewal = schedule_renewal(self._renew, self.ttl / 3)
 
     # -- while held -------------------------------------------------------------------------
 
     async def extend(self, ttl: float | None = None) -> bool:
-        """Async twin of :meth:`stampede.Redlock.extend`."""
+        """Return True if a majority extended our lock to ``ttl`` (default: its ttl) in time.
+
+        False means too few servers still hold our token; ``lost`` becomes True.
+        """
         ttl = self.ttl if ttl is None else conf.seconds("ttl", ttl)
-        extended = await self._run_extend(self._require_token("extend"), ttl)
+        with self._state:
+            extended = await self._run_extend(self._require_token("extend"), ttl)
         if not extended:
             self._report_lost()
         return extended
@@ -199,30 +287,30 @@ class Redlock(AsyncHoldContext, RedlockBase):
         self._valid_until = started + valid_for
         return True
 
-    async def _renew_while_held(self, token: str) -> None:
-        while True:
-            await asyncio.sleep(self.ttl / 3)
-            if self._token != token:
-                return
-            extended = await self._run_extend(token, self.ttl)
-            if not extended:
-                if self._token == token:
-                    self._report_lost()
-                return
+    async def _renew(self) -> bool:
+        """Renewal: extend while held; stop at release or when a majority is gone."""
+        with self._state:
+            if self._token is None:
+                return False
+            extended = await self._run_extend(self._token, self.ttl)
+        if not extended:
+            self._report_lost()
+        return extended
 
     def _report_lost(self) -> None:
-        if self.lost:
-            return
-        self.lost = True
+        with self._state:
+            if self.lost:
+                return
+            self.lost = True
         rules.announce_lost(self)
 
     async def locked(self) -> bool:
-        """Async twin of :meth:`stampede.Redlock.locked`."""
+        """Return True if a majority of the servers hold a lock on the name (anyone's)."""
         replies = await self._ask(lambda server: server.exists(self._lock_key))
         return sum(1 for reply in replies if reply) >= self.quorum
 
     async def owned(self) -> bool:
-        """Async twin of :meth:`stampede.Redlock.owned`."""
+        """Return True if a majority of the servers hold this object's token now."""
         token = self._token
         if token is None:
             return False
@@ -232,21 +320,29 @@ class Redlock(AsyncHoldContext, RedlockBase):
     # -- release ----------------------------------------------------------------------------
 
     async def release(self, *, message: bytes = RELEASED) -> bool:
-        """Async twin of :meth:`stampede.Redlock.release`."""
-        token = self._require_token("release")
-        self._token = None
-        if self._renewal is not None:
-            self._renewal.cancel()
-            self._renewal = None
-        released = await self._release_on(range(len(self.clients)), token, message)
-        if released < self.quorum:
+        """Return True if a majority still held our token (now released on every server).
+
+        A server where another holder took over is left alone. ``message`` is what the
+        waiters are told.
+
+        Raises:
+            RuntimeError: this object does not hold the lock.
+        """
+        with self._state:
+            token = self._require_token("release")
+            self._token = None
+            if self._renewal is not None:
+                self._renewal.cancel()
+                self._renewal = None
+        released = await self._release_on(range(len(self.clients)), token, message) >= self.quorum
+        if not released:
             self._report_lost()
-        return released >= self.quorum
+        return released
 
     async def _release_on(
         self, indexes: Iterable[int], token: str, message: bytes = RELEASED
     ) -> int:
-        """Async twin of ``stampede.lock.redlock.Redlock._release_on``."""
+        """Release our token on the servers at ``indexes``; return on how many it was ours."""
         keys, args = self._release_keys_args(token, message)
         replies = await self._ask(
             lambda server: scripts.arun(server, scripts.RELEASE, keys, args), indexes
@@ -258,13 +354,18 @@ class Redlock(AsyncHoldContext, RedlockBase):
     async def _ask(
         self, call: Callable[[Any], Awaitable[Any]], indexes: Iterable[int] | None = None
     ) -> list[Any]:
-        """Async twin of ``stampede.lock.redlock.Redlock._ask``: every server at once."""
-        chosen = range(len(self.clients)) if indexes is None else indexes
-        return list(await asyncio.gather(*(self._ask_one(call, index) for index in chosen)))
+        """Return ``call(server)`` for each server (all, or those at ``indexes``), in order;
+        None where the server failed or was slower than ``server_timeout``.
 
-    async def _ask_one(self, call: Callable[[Any], Awaitable[Any]], index: int) -> Any:
-        try:
-            return await asyncio.wait_for(call(self.clients[index]), self.server_timeout)
-        except (RedisError, OSError, asyncio.TimeoutError) as exc:
-            logger.debug("stampede: Redlock %r: server %d failed: %s", self.name, index, exc)
-            return None
+        The one place where Redis errors are caught: to a quorum, a server that fails is a
+        server that said no. Threads ask one server after the other (a vote costs N short round
+        trips, and a slow server at most ``server_timeout``); tasks ask them all at once.
+        """
+        chosen = range(len(self._quick)) if indexes is None else list(indexes)
+        servers = [self._quick[index] for index in chosen]
+        replies = await ask_each(call, servers, self.server_timeout)
+        for position, (index, reply) in enumerate(zip(chosen, replies, strict=True)):
+            if isinstance(reply, Exception):
+                logger.debug("stampede: Redlock %r: server %d failed: %s", self.name, index, reply)
+                replies[position] = None
+        return replies

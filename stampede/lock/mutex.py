@@ -1,3 +1,5 @@
+# Generated from stampede/aio/mutex.py by .ci/unasync.py: do not edit by hand.
+# Edit the source, then run `python .ci/unasync.py` to write this file again.
 """The per-name Redis mutex: acquire, extend, release, fencing tokens and renewal.
 
 The lock is memcache-style ``add`` on Redis: ``SET {name}:lock <token> NX PX <ttl>``, where the
@@ -9,8 +11,9 @@ Rule: a blocked acquirer never sleep-polls. It subscribes (confirmed) before its
 attempt, parks until a release is published, and wakes on its own only when the holder's TTL
 runs out (a holder that crashed publishes nothing).
 
-Rule: inside one process, blocked acquirers of one name queue on a local lock and only the
-head of that queue contends in Redis; so N waiting threads cost what one does.
+Rule: inside one process (one event loop), blocked acquirers of one name queue on a local lock
+and only the head of that queue contends in Redis; so N waiting threads (tasks) cost what one
+does.
 
 Rule: the lock's life is kept by Redis (``PX``); local deadlines use ``time.monotonic()``.
 """
@@ -18,11 +21,8 @@ Rule: the lock's life is kept by Redis (``PX``); local deadlines use ``time.mono
 from __future__ import annotations
 
 import logging
-import os
 import secrets
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -30,9 +30,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..core import events
 from ..core import options as conf
 from ..io import scripts
-from ..io.clients import connection_pool_of
 from ..io.notify import Subscription, notifier_for
-from . import watchdog
+from .concurrency import Renewal, local_turn, schedule_renewal, state_lock
 from .rules import (
     RELEASED,
     HoldContext,
@@ -81,8 +80,8 @@ class Mutex(HoldContext, MutexBase):
             redis_client, name, ttl, auto_renew, timeout=timeout, on_lost=on_lost, fencing=fencing
         )
         # Guards _token against the watchdog thread: a renewal must not run after release.
-        self._state = threading.Lock()
-        self._renewal: watchdog.Renewal | None = None
+        self._state = state_lock()
+        self._renewal: Renewal | None = None
 
     # -- acquire ----------------------------------------------------------------------------
 
@@ -124,7 +123,7 @@ class Mutex(HoldContext, MutexBase):
         return attempt_result(scripts.run(self._client, scripts.ACQUIRE, keys, args))
 
     def _wait_and_try(self, token: str, deadline: float | None) -> tuple[bool, int]:
-        with _local_turn(self._client, self._lock_key, deadline) as our_turn:
+        with local_turn(self._client, self._lock_key, deadline) as our_turn:
             if not our_turn:
                 return False, 0
             # Subscribed (and confirmed) before the next SET NX, so a release in between
@@ -165,7 +164,7 @@ class Mutex(HoldContext, MutexBase):
         with self._state:
             self._held(token, fence)
             if self.auto_renew:
-                self._renewal = watchdog.schedule(self._renew, self.ttl / 3)
+                self._renewal = schedule_renewal(self._renew, self.ttl / 3)
 
     # -- while held -------------------------------------------------------------------------
 
@@ -186,7 +185,7 @@ class Mutex(HoldContext, MutexBase):
         return bool(scripts.run(self._client, scripts.EXTEND, keys, args))
 
     def _renew(self) -> bool:
-        """Watchdog callback: extend while held; stop at release or at the first refusal."""
+        """Renewal: extend while held; stop at release or at the first refusal."""
         with self._state:
             if self._token is None:
                 return False
@@ -247,40 +246,3 @@ class Mutex(HoldContext, MutexBase):
         if not released:
             self._report_lost()
         return released
-
-
-# -- the local queue: one contender per lock name per process ----------------------------------
-
-_turns: dict[tuple[int, Any], list[Any]] = {}
-_turns_lock = threading.Lock()
-
-
-@contextmanager
-def _local_turn(client: Any, lock_key: Any, deadline: float | None) -> Iterator[bool]:
-    """Yield True once this thread is the one of its process that contends for ``lock_key``."""
-    slot = (id(connection_pool_of(client)), lock_key)
-    with _turns_lock:
-        entry = _turns.setdefault(slot, [threading.Lock(), 0])
-        entry[1] += 1
-    turn: threading.Lock = entry[0]
-    left = remaining(deadline)
-    got_turn = turn.acquire(timeout=-1 if left is None else max(left, 0))
-    try:
-        yield got_turn
-    finally:
-        if got_turn:
-            turn.release()
-        with _turns_lock:
-            entry[1] -= 1
-            if entry[1] == 0:
-                del _turns[slot]
-
-
-def _forget_parent_state() -> None:
-    # A thread of the parent may have held _turns_lock at the fork; the child starts afresh.
-    global _turns_lock
-    _turns.clear()
-    _turns_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_parent_state)

@@ -1,3 +1,5 @@
+# Generated from stampede/aio/redlock.py by .ci/unasync.py: do not edit by hand.
+# Edit the source, then run `python .ci/unasync.py` to write this file again.
 """Redlock: one lock over N independent Redis servers, held while a majority of them agrees.
 
 Each server runs the Mutex's own scripts on the Mutex's own keys: ``ACQUIRE`` (``SET NX PX`` plus
@@ -6,8 +8,9 @@ the fence ``INCR``), ``COMPARE_PEXPIRE`` to extend, ``RELEASE`` (compare-and-del
 (``N // 2 + 1``) said yes within its validity, and ``FENCE_RAISE``, which writes the token back
 to that majority so that tokens keep increasing whichever majority the next holder wins.
 
-Rule: every server gets ``server_timeout`` to answer, no more (a pool of its own, one attempt
-per command); a server that fails or is slow counts as a "no", never as an error.
+Rule: every server gets ``server_timeout`` to answer, no more (threads ask them in turn through
+a pool of their own, one attempt per command; tasks ask them at once, each call bounded); a
+server that fails or is slow counts as a "no", never as an error.
 
 Rule: a blocked acquirer never sleep-polls while a holder has the majority. It subscribes
 (confirmed) before voting again, and parks until a release is published or until enough of the
@@ -22,24 +25,18 @@ from __future__ import annotations
 import logging
 import random
 import secrets
-import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import redis
-from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
-from redis.retry import Retry
 
 from ..core import options as conf
 from ..io import scripts
-from ..io.clients import connection_pool_of
 from ..io.notify import Subscription, notifier_for
-from ..io.redis_internals import own_connection_kwargs
-from . import rules, watchdog
-from .mutex import _local_turn
+from . import rules
+from .concurrency import Renewal, ask_each, local_turn, schedule_renewal, sleep, state_lock
+from .concurrency import quick_client as _quick_client
 from .rules import (
     NO_VOTE,
     RELEASED,
@@ -136,8 +133,8 @@ class Redlock(HoldContext, RedlockBase):
         )
         self._quick = tuple(_quick_client(client, self.server_timeout) for client in self.clients)
         # Guards _token against the watchdog thread: a renewal must not run after release.
-        self._state = threading.Lock()
-        self._renewal: watchdog.Renewal | None = None
+        self._state = state_lock()
+        self._renewal: Renewal | None = None
 
     # -- acquire ----------------------------------------------------------------------------
 
@@ -210,7 +207,7 @@ class Redlock(HoldContext, RedlockBase):
         return fence, sum(1 for reply in replies if reply is not None and int(reply) >= fence)
 
     def _wait_and_vote(self, token: str, deadline: float | None) -> Vote:
-        with _local_turn(self._client, self._lock_key, deadline) as our_turn:
+        with local_turn(self._client, self._lock_key, deadline) as our_turn:
             if not our_turn:
                 return NO_VOTE
             # Subscribed (and confirmed) before the next vote, so a release in between is a
@@ -235,7 +232,7 @@ class Redlock(HoldContext, RedlockBase):
         if on_release and subscription is not None:
             subscription.wait(seconds)
         else:
-            time.sleep(seconds)  # Redlock's random pause: see the module docstring
+            sleep(seconds)  # Redlock's random pause: see the module docstring
 
     def _subscribe(self, deadline: float | None) -> Subscription | None:
         """Return a confirmed subscription to the release channel on the first server that
@@ -262,7 +259,7 @@ class Redlock(HoldContext, RedlockBase):
             self._held(token, vote.fence)
             self._valid_until = vote.valid_until
             if self.auto_renew:
-                self._renewal = watchdog.schedule(self._renew, self.ttl / 3)
+                self._renewal = schedule_renewal(self._renew, self.ttl / 3)
 
     # -- while held -------------------------------------------------------------------------
 
@@ -291,7 +288,7 @@ class Redlock(HoldContext, RedlockBase):
         return True
 
     def _renew(self) -> bool:
-        """Watchdog callback: extend while held; stop at release or when a majority is gone."""
+        """Renewal: extend while held; stop at release or when a majority is gone."""
         with self._state:
             if self._token is None:
                 return False
@@ -357,52 +354,14 @@ class Redlock(HoldContext, RedlockBase):
         None where the server failed or was slower than ``server_timeout``.
 
         The one place where Redis errors are caught: to a quorum, a server that fails is a
-        server that said no. One after the other: a vote costs N short round trips, and a
-        slow server at most ``server_timeout``.
+        server that said no. Threads ask one server after the other (a vote costs N short round
+        trips, and a slow server at most ``server_timeout``); tasks ask them all at once.
         """
-        chosen = range(len(self._quick)) if indexes is None else indexes
-        replies = []
-        for index in chosen:
-            try:
-                replies.append(call(self._quick[index]))
-            except (RedisError, OSError) as exc:
-                logger.debug("stampede: Redlock %r: server %d failed: %s", self.name, index, exc)
-                replies.append(None)
+        chosen = range(len(self._quick)) if indexes is None else list(indexes)
+        servers = [self._quick[index] for index in chosen]
+        replies = ask_each(call, servers, self.server_timeout)
+        for position, (index, reply) in enumerate(zip(chosen, replies, strict=True)):
+            if isinstance(reply, Exception):
+                logger.debug("stampede: Redlock %r: server %d failed: %s", self.name, index, reply)
+                replies[position] = None
         return replies
-
-
-# -- a client per server whose commands give up after server_timeout -----------------------------
-
-_quick: weakref.WeakKeyDictionary[Any, dict[float, Any]] = weakref.WeakKeyDictionary()
-_quick_lock = threading.Lock()
-
-
-def _quick_client(client: Any, seconds: float) -> Any:
-    """Return this process's client of ``client``'s server that waits ``seconds`` per command.
-
-    A pool of its own per pool and bound, made once: a short socket timeout on the user's own
-    pool would cut their other commands short. One attempt per command: redis-py 8 retries a
-    timed-out command three times with a back-off, which would turn 50 ms into seconds. A
-    pool that cannot be copied (Sentinel, cluster) is used as it is, with its own timeouts.
-    """
-    pool = connection_pool_of(client)
-    if type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
-        return client
-    with _quick_lock:
-        per_bound = _quick.setdefault(pool, {})
-        quick = per_bound.get(seconds)
-        if quick is None:
-            kwargs = _quick_kwargs(pool.connection_kwargs, seconds)
-            copy = type(pool)(
-                connection_class=pool.connection_class,
-                max_connections=pool.max_connections,
-                **kwargs,
-            )
-            quick = per_bound[seconds] = redis.Redis(connection_pool=copy)
-        return quick
-
-
-def _quick_kwargs(kwargs: dict[str, Any], seconds: float) -> dict[str, Any]:
-    kwargs = own_connection_kwargs(kwargs, socket_timeout=seconds, socket_connect_timeout=seconds)
-    kwargs.update(retry=Retry(NoBackoff(), 0), retry_on_timeout=False, retry_on_error=[])
-    return kwargs

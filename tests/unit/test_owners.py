@@ -16,9 +16,9 @@ from tests.helpers import parse_file
 PACKAGE = Path(__file__).resolve().parents[2] / "stampede"
 
 #: Modules that still do it themselves, pending the changes that reshape them.
-FORK_HOOKS_ELSEWHERE = {"lock/mutex.py"}  # its local queues (_turns)
+FORK_HOOKS_ELSEWHERE = {"lock/concurrency.py"}  # the mutexes' local queues (_turns)
 CLIENTS_BUILT_ELSEWHERE = {
-    "lock/redlock.py",  # its quick-timeout copies of a pool
+    "lock/concurrency.py",  # Redlock's quick-timeout copies of a pool
     "django_internals.py",  # django-redis's primary pool (through its own _pool_class)
 }
 #: What building a client, a pool or a connection is called.
