@@ -53,6 +53,7 @@ SUBSTITUTIONS: tuple[tuple[str, str], ...] = (
     (r"redis\.asyncio\.", "redis."),
     (r"``redis\.asyncio``", "``redis``"),
     (r"from \.notify import", "from ..io.notify import"),
+    (r"<aio\.", "<"),  # reprs
 )
 
 
@@ -69,6 +70,7 @@ class Pair:
 PAIRS: tuple[Pair, ...] = (
     Pair("stampede/aio/mutex.py", "stampede/lock/mutex.py"),
     Pair("stampede/aio/redlock.py", "stampede/lock/redlock.py"),
+    Pair("stampede/aio/store.py", "stampede/fill/store.py"),
 )
 
 
@@ -88,8 +90,13 @@ def header(pair: Pair) -> str:
     )
 
 
+#: Lines from the first marker to the second, both included, exist on the asyncio side only.
+ASYNC_ONLY = re.compile(r"^[ \t]*# unasync: async only\n.*?^[ \t]*# unasync: end\n", re.M | re.S)
+
+
 def unasync(text: str, pair: Pair) -> str:
     """Return the sync module's text for the asyncio source ``text`` (before formatting)."""
+    text = ASYNC_ONLY.sub("", text)
     # The target's own package is imported relatively: ``..lock.rules`` is ``.rules`` in lock/.
     package = Path(pair.target).parent.name
     own = ((rf"from \.\.{package}\.", "from ."), (rf"from \.\.{package} import", "from . import"))

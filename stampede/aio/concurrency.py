@@ -1,8 +1,9 @@
-"""What the asyncio locks do with tasks where their sync twins use threads.
+"""What the asyncio locks and fills do with tasks where their sync twins use threads.
 
 The asyncio lock and fill modules are the source of the sync ones (``.ci/unasync.py``); they
-call these names, and ``stampede.lock.concurrency`` has the same names for threads. Nothing else
-differs between the two sides, so this module is all that is written twice.
+call these names, and ``stampede.lock.concurrency`` (locks) and ``stampede.fill.concurrency``
+(fills) have the same names for threads. Nothing else differs between the two sides, so these
+modules are all that is written twice.
 
 Rule: per-loop state here (the local queues) lives in ``loops.loop_state()``: asyncio locks
 belong to their event loop.
@@ -109,3 +110,12 @@ async def _ask_one(call: Callable[[Any], Awaitable[Any]], server: Any, seconds: 
 def quick_client(client: Any, seconds: float) -> Any:
     """Return ``client``: ``ask_each`` bounds each call itself, so no client of our own."""
     return client
+
+
+# -- fills -------------------------------------------------------------------------------------
+
+
+def fast_mget(client: Any) -> Callable[..., Awaitable[Any]]:
+    """Return ``client.mget``: the sync side's direct path to a pooled connection
+    (``stampede.io.clients.fast_mget``) has no asyncio twin."""
+    return client.mget  # type: ignore[no-any-return]

@@ -1,12 +1,19 @@
-"""Async twin of ``stampede.fill.store``: the store port over one Redis through ``redis.asyncio``.
+"""The store port over one Redis: records, locks and wake-ups of a cache in the same server.
 
-The calls are those of ``stampede.fill.calls``, shared with the sync store; only the waiting
-differs (a renewal task per held lock instead of the process's watchdog thread).
+Rule: the write belongs to the lock. The token check, the write, the release and the publish
+are one Lua call (``COMMIT``), so a holder that lost its lock while loading never writes.
+
+Rule: the value stays plain. ``FK`` holds the value as the cache's own serializer writes it, and
+the fill's bookkeeping lives in ``{FK}:meta`` (``core/meta.py``); a hit reads both with one
+``MGET`` (one round trip, one slot).
+
+Rule: fused where Redis allows. Acquiring also reads the key (the winner knows at once whether
+the previous holder just filled it); a small record travels inside the wake-up message, so
+waiting processes answer without a ``GET``. The calls themselves live in ``calls.py``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import pickle
 import secrets
@@ -22,6 +29,7 @@ from ..core.keys import CacheKey, colocated, done_channel, lock_key, meta_key, r
 from ..core.port import Dumps, Loads
 from ..fill import calls
 from ..io import clients, scripts
+from .concurrency import Renewal, fast_mget, schedule_renewal
 from .loops import loop_state
 from .notify import Subscription, notifier_for
 
@@ -29,18 +37,25 @@ logger = logging.getLogger(__name__)
 
 
 class RedisStore:
-    """Async twin of :class:`stampede.fill.store.RedisStore`; ``client`` is a ``redis.asyncio``
-    client of the running loop."""
+    """Records of one cache in Redis, values serialized by ``dumps``/``loads``; locks beside them.
+
+    ``dumps``/``loads`` are the cache's own serializer of values (the wrapped Django cache's),
+    so what a fill writes is what that cache's ``set`` writes. ``client`` is a long-lived
+    redis-py client (``redis.asyncio.Redis``, a Sentinel master, ...); use one per process (per
+    event loop for asyncio) and server (``stampede.io.clients``), never one per call.
+    """
 
     def __init__(self, client: Any, *, dumps: Dumps = pickle.dumps, loads: Loads = pickle.loads):
         self.client = client
         self.dumps = dumps
         self.loads = loads
+        self._mget = fast_mget(client)
         self._cluster = clients.is_cluster(client)
 
     def __repr__(self) -> str:
         return f"<aio.RedisStore {self.client!r}>"
 
+    # unasync: async only
     @classmethod
     def twin_of(cls, sync_store: Any) -> RedisStore | None:
         """Return the running loop's twin of a sync ``RedisStore``, or None if it has none."""
@@ -49,7 +64,10 @@ class RedisStore:
             return None
         return cls(client, dumps=sync_store.dumps, loads=sync_store.loads)
 
+    # unasync: end
+
     def encode(self, record: Any) -> tuple[bytes | None, bytes | None]:
+        """Return (the value's bytes, its meta) that store ``record`` (see ``core/meta.py``)."""
         return meta.encode(record, self.dumps)
 
     async def read(self, key: CacheKey) -> Any:
@@ -57,23 +75,26 @@ class RedisStore:
         if self._cluster and not colocated(full):
             raw = await self.client.get(full)  # its meta cannot be beside it: never written
             return MISSING if raw is None else self.loads(raw)
-        raw, meta_bytes = await self.client.mget(full, meta_key(full))
+        raw, meta_bytes = await self._mget(full, meta_key(full))
         return meta.decode(raw, meta_bytes, self.loads)
 
     def decode_copy(self, copy: tuple[bytes, bytes | None]) -> Any:
-        """Return the record of a near cache's copy (no I/O: the same as the sync store's)."""
+        """Return the record of a near cache's copy (see :meth:`read_near`)."""
         return meta.decode(copy[0], copy[1], self.loads)
 
-    async def read_near(self, full: Any) -> tuple[Any, int]:
-        """Async twin of :meth:`stampede.fill.store.RedisStore.read_near`."""
-        return (await self.read_many_near([full]))[0]
+    async def read_near(self, full: Any) -> tuple[tuple[bytes, bytes | None] | None, int]:
+        """Return what a near cache keeps of ``full``: (its bytes, its meta), None if absent,
+        and its ``PTTL`` in ms (-1: no expiry), in one round trip."""
+        replies = await self.read_many_near([full])
+        return replies[0]
 
     async def read_many_near(self, fulls: Sequence[Any]) -> list[tuple[Any, int]]:
-        """Async twin of :meth:`stampede.fill.store.RedisStore.read_many_near`."""
+        """:meth:`read_near` of each of ``fulls``, in one round trip."""
         pipe = self.client.pipeline(transaction=False)
         for full in fulls:  # no MGET across keys: on a cluster they may live on several nodes
             pipe.get(full).get(meta_key(full)).pttl(full)
-        return calls.near_replies(await pipe.execute())
+        replies = await pipe.execute()
+        return calls.near_replies(replies)
 
     def lock(self, key: CacheKey, ttl: float) -> RedisFillLock:
         if self._cluster:
@@ -81,19 +102,21 @@ class RedisStore:
         return RedisFillLock(self, key, ttl)
 
     async def invalidate(self, keys: Sequence[CacheKey]) -> None:
-        batch = [calls.invalidate(key) for key in keys]
-        await scripts.arun_many(self.client, scripts.INVALIDATE, batch)
+        await scripts.arun_many(
+            self.client, scripts.INVALIDATE, [calls.invalidate(key) for key in keys]
+        )
 
     async def drop_meta(self, keys: Sequence[CacheKey]) -> None:
-        """Async twin of :meth:`stampede.fill.store.RedisStore.drop_meta`."""
+        """Delete the fills' meta of ``keys``: their values' lives were changed (``touch``,
+        ``expire``, ``persist``) and now follow their own TTL, as plain values."""
         pipe = self.client.pipeline(transaction=False)
-        for key in keys:
+        for key in keys:  # one DEL each: on a cluster the keys may live on several nodes
             pipe.delete(meta_key(key.full))
         await pipe.execute()
 
 
 class WakeUps:
-    """Async twin of :class:`stampede.fill.store.WakeUps`."""
+    """A flight's confirmed subscription to its key's wake-ups, on the lock client's listener."""
 
     __slots__ = ("_client", "_key", "_loads", "_subscription")
 
@@ -104,10 +127,10 @@ class WakeUps:
         self._subscription: Subscription | None = None
 
     async def subscribe(self, timeout: float | None = None) -> None:
-        """Async twin of :meth:`stampede.fill.store.WakeUps.subscribe`."""
+        """Subscribe (confirmed); ``timeout`` is the time the waiter has left (None: the
+        notifier's own bound), so a silent Redis costs it no more than that."""
         notifier = notifier_for(self._client)
-        channel = done_channel(self._key.full)
-        self._subscription = await notifier.subscribe(channel, timeout=timeout)
+        self._subscription = await notifier.subscribe(done_channel(self._key.full), timeout=timeout)
 
     async def wait(self, seconds: float) -> WakeUp:
         assert self._subscription is not None, "subscribe() before wait()"
@@ -122,7 +145,11 @@ class WakeUps:
 
 
 class RedisFillLock:
-    """Async twin of :class:`stampede.fill.store.RedisFillLock`."""
+    """One flight's lock on one key in a ``RedisStore`` (see ``stampede.core.port.FillLock``).
+
+    While held, it is extended every ``ttl / 3`` (``concurrency.schedule_renewal``), so a slow
+    loader keeps it; after a refused extension the commit (token checked in Redis) writes nothing.
+    """
 
     __slots__ = ("_key", "_renewal", "_store", "_token", "_ttl", "_wakeups")
 
@@ -131,11 +158,12 @@ class RedisFillLock:
         self._key = key
         self._ttl = ttl
         self._token: str | None = None
-        self._renewal: asyncio.Task[None] | None = None
+        self._renewal: Renewal | None = None
         self._wakeups = WakeUps(store.client, key, meta.carried_loads(store.loads))
 
     async def attempt(self) -> LockAttempt:
-        # The token is ours before the call: see stampede.fill.store.RedisFillLock.attempt.
+        # The token is ours before the call: a reply lost after Redis ran SET NX (a timeout,
+        # an interrupt) must still be released by close(), not left to its TTL.
         token = self._token = secrets.token_hex(16)
         call = calls.acquire(self._key, token, self._ttl)
         reply = await scripts.arun(self._store.client, scripts.ACQUIRE_READ, *call)
@@ -143,8 +171,7 @@ class RedisFillLock:
         if lost is not None:
             self._token = None
             return lost
-        loop = asyncio.get_running_loop()
-        self._renewal = loop.create_task(self._renew_while_held(token))
+        self._renewal = schedule_renewal(self._renew, self._ttl / 3)
         return calls.won_attempt(reply, self._store.loads)
 
     async def peek(self) -> float | None:
@@ -160,7 +187,8 @@ class RedisFillLock:
         token = self._token
         if token is None:
             return False
-        # Serialized while the lock is still ours: see stampede.fill.store.RedisFillLock.commit.
+        # Serialized while the lock is still ours: a value that does not pickle raises here,
+        # and close() then releases the lock (and wakes the waiters) instead of its TTL.
         stored = None if record is MISSING else self._store.encode(record)
         call = calls.commit(self._key, token, outcome, stored, ttl)
         self._stop_renewal()
@@ -192,20 +220,19 @@ class RedisFillLock:
             self._renewal.cancel()
             self._renewal = None
 
-    async def _renew_while_held(self, token: str) -> None:
-        while True:
-            await asyncio.sleep(self._ttl / 3)
-            if self._token != token:
-                return
-            call = calls.extend(self._key, token, self._ttl)
-            try:
-                extended = await scripts.arun(self._store.client, scripts.EXTEND, *call)
-            except RedisError as exc:
-                logger.warning("stampede: renewing the lock of %r failed: %s", self._key.full, exc)
-                continue
-            if not extended:
-                if self._token == token:
-                    logger.warning(
-                        "stampede: the lock of %r was lost while loading", self._key.full
-                    )
-                return
+    async def _renew(self) -> bool:
+        """Renewal: extend while held; stop at the commit or the first refusal."""
+        token = self._token
+        if token is None:
+            return False
+        try:
+            extended = await scripts.arun(
+                self._store.client, scripts.EXTEND, *calls.extend(self._key, token, self._ttl)
+            )
+        except RedisError as exc:
+            # Redis may be back before the TTL runs out; if not, the next one is refused.
+            logger.warning("stampede: renewing the lock of %r failed: %s", self._key.full, exc)
+            return True
+        if not extended and self._token == token:
+            logger.warning("stampede: the lock of %r was lost while loading", self._key.full)
+        return bool(extended)

@@ -1,3 +1,5 @@
+# Generated from stampede/aio/store.py by .ci/unasync.py: do not edit by hand.
+# Edit the source, then run `python .ci/unasync.py` to write this file again.
 """The store port over one Redis: records, locks and wake-ups of a cache in the same server.
 
 Rule: the write belongs to the lock. The token check, the write, the release and the publish
@@ -9,8 +11,7 @@ the fill's bookkeeping lives in ``{FK}:meta`` (``core/meta.py``); a hit reads bo
 
 Rule: fused where Redis allows. Acquiring also reads the key (the winner knows at once whether
 the previous holder just filled it); a small record travels inside the wake-up message, so
-waiting processes answer without a ``GET``. The calls themselves live in ``calls.py``, shared
-with the asyncio twin.
+waiting processes answer without a ``GET``. The calls themselves live in ``calls.py``.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from ..core.keys import CacheKey, colocated, done_channel, lock_key, meta_key, r
 from ..core.port import Dumps, Loads
 from ..io import clients, scripts
 from ..io.notify import Subscription, notifier_for
-from ..lock import watchdog
 from . import calls
+from .concurrency import Renewal, fast_mget, schedule_renewal
 
 logger = logging.getLogger(__name__)
 
@@ -41,15 +42,15 @@ class RedisStore:
 
     ``dumps``/``loads`` are the cache's own serializer of values (the wrapped Django cache's),
     so what a fill writes is what that cache's ``set`` writes. ``client`` is a long-lived
-    redis-py client (``redis.Redis``, a Sentinel master, ...); use one per process and server
-    (``stampede.io.clients``), never one per call.
+    redis-py client (``redis.Redis``, a Sentinel master, ...); use one per process (per
+    event loop for asyncio) and server (``stampede.io.clients``), never one per call.
     """
 
     def __init__(self, client: Any, *, dumps: Dumps = pickle.dumps, loads: Loads = pickle.loads):
         self.client = client
         self.dumps = dumps
         self.loads = loads
-        self._mget = clients.fast_mget(client)
+        self._mget = fast_mget(client)
         self._cluster = clients.is_cluster(client)
 
     def __repr__(self) -> str:
@@ -74,7 +75,8 @@ class RedisStore:
     def read_near(self, full: Any) -> tuple[tuple[bytes, bytes | None] | None, int]:
         """Return what a near cache keeps of ``full``: (its bytes, its meta), None if absent,
         and its ``PTTL`` in ms (-1: no expiry), in one round trip."""
-        return self.read_many_near([full])[0]
+        replies = self.read_many_near([full])
+        return replies[0]
 
     def read_many_near(self, fulls: Sequence[Any]) -> list[tuple[Any, int]]:
         """:meth:`read_near` of each of ``fulls``, in one round trip."""
@@ -133,8 +135,8 @@ class WakeUps:
 class RedisFillLock:
     """One flight's lock on one key in a ``RedisStore`` (see ``stampede.core.port.FillLock``).
 
-    While held, the process's watchdog thread extends it every ``ttl / 3``, so a slow loader
-    keeps it; after a refused extension the commit (token checked in Redis) writes nothing.
+    While held, it is extended every ``ttl / 3`` (``concurrency.schedule_renewal``), so a slow
+    loader keeps it; after a refused extension the commit (token checked in Redis) writes nothing.
     """
 
     __slots__ = ("_key", "_renewal", "_store", "_token", "_ttl", "_wakeups")
@@ -144,7 +146,7 @@ class RedisFillLock:
         self._key = key
         self._ttl = ttl
         self._token: str | None = None
-        self._renewal: watchdog.Renewal | None = None
+        self._renewal: Renewal | None = None
         self._wakeups = WakeUps(store.client, key, meta.carried_loads(store.loads))
 
     def attempt(self) -> LockAttempt:
@@ -157,7 +159,7 @@ class RedisFillLock:
         if lost is not None:
             self._token = None
             return lost
-        self._renewal = watchdog.schedule(self._renew, self._ttl / 3)
+        self._renewal = schedule_renewal(self._renew, self._ttl / 3)
         return calls.won_attempt(reply, self._store.loads)
 
     def peek(self) -> float | None:
@@ -179,7 +181,7 @@ class RedisFillLock:
         call = calls.commit(self._key, token, outcome, stored, ttl)
         self._stop_renewal()
         committed = bool(scripts.run(self._store.client, scripts.COMMIT, *call))
-        self._token = None  # only now: if the call failed, close() still releases
+        self._token = None  # only now: if the call failed or was cancelled, close() releases
         return committed
 
     def close(self) -> None:
@@ -205,7 +207,7 @@ class RedisFillLock:
             self._renewal = None
 
     def _renew(self) -> bool:
-        """Watchdog callback: extend while held; stop at the commit or the first refusal."""
+        """Renewal: extend while held; stop at the commit or the first refusal."""
         token = self._token
         if token is None:
             return False

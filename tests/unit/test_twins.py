@@ -15,8 +15,7 @@ from stampede.aio import driver as aio_driver
 from stampede.aio import filler as aio_filler
 from stampede.aio import local as aio_local
 from stampede.aio import notify as aio_notify
-from stampede.aio import store as aio_store
-from stampede.fill import driver, filler, local, store
+from stampede.fill import driver, filler, local
 from stampede.io import notify
 
 TWINS = [
@@ -25,9 +24,6 @@ TWINS = [
     (local.FlightGroup, aio_local.FlightGroup),
     (driver.FlightIO, aio_driver.FlightIO),
     (filler.Filler, aio_filler.Filler),
-    (store.RedisStore, aio_store.RedisStore),
-    (store.RedisFillLock, aio_store.RedisFillLock),
-    (store.WakeUps, aio_store.WakeUps),
     (django_internals.BackendStore, django_internals.AsyncBackendStore),
     (django_internals.BackendFillLock, django_internals.AsyncBackendFillLock),
 ]
