@@ -71,6 +71,8 @@ PAIRS: tuple[Pair, ...] = (
     Pair("stampede/aio/mutex.py", "stampede/lock/mutex.py"),
     Pair("stampede/aio/redlock.py", "stampede/lock/redlock.py"),
     Pair("stampede/aio/store.py", "stampede/fill/store.py"),
+    Pair("stampede/aio/filler.py", "stampede/fill/filler.py"),
+    Pair("stampede/aio/driver.py", "stampede/fill/driver.py"),
 )
 
 

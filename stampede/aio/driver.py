@@ -1,13 +1,14 @@
-"""Async twin of ``stampede.fill.driver``: performs ``flight``'s steps with an async store.
+"""The driver of the fill protocol: performs ``flight``'s steps with a store.
 
-Kept line-for-line parallel with ``fill/driver.py``: same names, same order; a diff of the two
-shows only ``async``/``await`` and task-versus-thread differences.
+Rule: decisions live in ``core/flight.py``; this module only does I/O and waiting.
+Rule: the store's I/O errors are mapped at the edge (``drive``, with ``edge.thrown_back``) to
+``StoreUnavailable`` for the protocol, which applies ``on_redis_error``; a loader's exception
+goes back unchanged, even a ``RedisError`` from the loader's own data source.
+Rule: whatever happens, a flight leaves no lock and no subscription behind (``FlightIO.close``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import logging
 import time
 from collections.abc import Callable
@@ -17,12 +18,13 @@ from ..core import events, flight
 from ..core.keys import CacheKey
 from ..core.port import AsyncFillLock, AsyncStore
 from ..fill.edge import nobody, thrown_back
+from .flights import call_loader, start_background
 
 logger = logging.getLogger(__name__)
 
 
 class FlightIO:
-    """Async twin of :class:`stampede.fill.driver.FlightIO`."""
+    """Performs the steps of one flight of one key: its lock, its subscription, its loader."""
 
     def __init__(
         self,
@@ -88,42 +90,20 @@ class FlightIO:
             events.emit("load_finished", key=self.key.full, duration=duration, error=error)
 
     def _hand_over(self, refresh: flight.Protocol) -> None:
-        """Give the held lock to a background task that runs ``refresh``."""
+        """Give the held lock to a background thread (task) that runs ``refresh``."""
         heir = FlightIO(self.store, self.key, self.loader, self.lock_ttl, nobody)
         heir._lock = self._lock
-        task = asyncio.get_running_loop().create_task(_refresh_in_background(refresh, heir))
-        _background.add(task)
-        task.add_done_callback(_background.discard)
+        start_background(_refresh_in_background, refresh, heir)
         self._lock = None  # only once started: if the start fails, our close() releases it
 
     async def close(self) -> None:
-        """Async twin of :meth:`stampede.fill.driver.FlightIO.close`."""
+        """Release what the flight still holds: after an interrupt, or a step that raised."""
         if self._lock is not None:
             await self._lock.close()
 
 
-_background: set[asyncio.Task[None]] = set()
-
-
-async def call_loader(loader: Callable[[], Any]) -> Any:
-    """Return ``loader()``'s value: awaited on the loop, or run in a worker thread.
-
-    A coroutine function runs on the event loop. Any other callable runs in a worker thread
-    (``asyncio.to_thread``), so a slow sync loader never stalls every other task of the loop
-    (the Django adapter passes its sync loaders through asgiref's thread-sensitive
-    ``sync_to_async`` first, for the ORM's sake). An awaitable result is awaited.
-    """
-    if inspect.iscoroutinefunction(loader):
-        value = await loader()
-    else:
-        value = await asyncio.to_thread(loader)
-    while inspect.isawaitable(value):
-        value = await value
-    return value
-
-
 async def drive(protocol: flight.Protocol, io: FlightIO) -> Any:
-    """Async twin of :func:`stampede.fill.driver.drive`."""
+    """Return the protocol's result, performing each step it yields with ``io``."""
     outcome: Any = None
     error: BaseException | None = None
     try:
@@ -158,5 +138,5 @@ async def run_protocol(
     serve: Callable[[Any], None] = nobody,
     loading: Callable[[bool], None] = nobody,
 ) -> Any:
-    """Async twin of :func:`stampede.fill.driver.run_protocol`."""
+    """Return the result of ``protocol`` for ``key``, driven with ``store`` and ``loader``."""
     return await drive(protocol, FlightIO(store, key, loader, lock_ttl, serve, loading))

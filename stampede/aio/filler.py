@@ -1,17 +1,33 @@
-"""Async twin of ``stampede.fill.filler``: ``Filler`` for asyncio code and ``redis.asyncio``.
+"""``Filler``: the stampede-safe get-or-load over one store, with or without Django.
 
-Usage without Django (FastAPI, aiohttp, scripts)::
+The one core object every entry point uses (``StampedeCache``, ``@cached``, pages, scripts with
+a bare ``redis.Redis``). It owns the rules around the protocol:
 
-    store = stampede.aio.RedisStore(redis.asyncio.Redis.from_url("redis://127.0.0.1:6379/0"))
-    filler = stampede.aio.Filler(store)
-    profile = await filler.get_or_load("profile:42", fetch_profile, timeout=300)
+- in-process coalescing: one flight per key per process (``local.py``), its result shared.
+  Callers join it *before* reading, so a cold key costs a process one ``GET``, not one per
+  thread;
+- the hit check: the flight's leader reads, and a fresh record is returned before any
+  protocol generator, lock, driver or options copy exists (the path most calls take);
+- the follower time-out rule: a caller that waited ``wait_timeout`` on its own process's
+  flight while its leader loaded under the lock gets ``on_timeout``, the same rule
+  (``flight.timed_out``) as a waiter on another process's lock. While the leader waits for
+  another process, or loads without the lock, its followers wait for its answer (it is
+  bounded by ``wait_timeout`` itself; see ``local.follower_wait``);
+- the ``DontCache`` rule: a private result is its loader's caller's alone;
+- the near cache, when there is one (``near.py``): a fresh copy in this process is returned
+  before anything else, even coalescing; the first read of a flight reads through it, and a
+  fill by this process drops its copy at once (the drivers' later reads go to Redis).
 
-``loader`` may be a coroutine function or a plain function.
+Usage without Django::
+
+    store = RedisStore(redis.asyncio.Redis.from_url("redis://127.0.0.1:6379/0"))
+    filler = Filler(store, FillOptions(lock_ttl=10, wait_timeout=5))
+    profile = await filler.get_or_load("profile:42", lambda: load_profile(42), timeout=300)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any
 
 from ..core import flight
@@ -24,15 +40,21 @@ from ..exceptions import NotFound
 from ..fill.chain import refuse_reentry
 from ..fill.edge import STORE_ERRORS, guard_unavailable, unavailable
 from ..fill.near import NearReads, filling
-from . import local
-from . import near as near_reads
 from .driver import run_protocol
+from .flights import Flights, first_read, flight_group, own_flights
 
 
 class Filler:
-    """Async twin of :class:`stampede.fill.filler.Filler`.
+    """Return values of one store's keys, each loaded by at most one caller cluster-wide.
 
-    Without ``flights``, each event loop coalesces in a group of this filler's own.
+    Args:
+        store: where records and locks live (``RedisStore``, or the Django adapter's stores).
+        options: the fill options (``FillOptions``); per-call overrides go to ``get_or_load``.
+        clock: time and randomness (tests hold them still).
+        flights: the process's flight group to coalesce in (asyncio: its name, one group per
+            event loop); callers that must coalesce with each other (every thread's backend
+            object of one cache) share one. Default: a group of this filler's own.
+        near: the near cache in front of ``store`` (``NearReads``), if any.
     """
 
     def __init__(
@@ -41,17 +63,15 @@ class Filler:
         options: FillOptions | None = None,
         *,
         clock: Clock = SYSTEM_CLOCK,
-        flights: Hashable | None = None,
+        flights: Flights | None = None,
         near: NearReads | None = None,
     ) -> None:
         self.store = store
         self.options = FillOptions() if options is None else options
         self.clock = clock
-        # A token of its own, never reused while this filler lives (an id() would be).
-        self.flights = object() if flights is None else flights
-        # The near cache is the process's, shared with the sync filler; its misses read
-        # through this filler's store (a RedisStore: near caches exist only over Redis).
+        self.flights = own_flights() if flights is None else flights
         self.near = near
+        self._first_read = first_read(store, near)
 
     def __repr__(self) -> str:
         return f"<aio.Filler {self.store!r}>"
@@ -65,7 +85,14 @@ class Filler:
         bloom: Guard | None = None,
         **overrides: Any,
     ) -> Any:
-        """Async twin of :meth:`stampede.fill.filler.Filler.get_or_load`."""
+        """Return the value of ``key``, calling ``loader()`` on a miss, once cluster-wide.
+
+        ``timeout`` is the value's lifetime in seconds (None: forever). Keyword ``overrides``
+        replace options for this call (``grace=60``, ``wait_timeout=2``, ...). ``bloom``
+        (``stampede.bloom.BloomGuard``) is asked on a miss, before any lock: an item it never
+        saw raises :class:`~stampede.exceptions.NotFound`, and the loader is not called.
+        On asyncio, ``loader`` may be a coroutine function; a plain one runs in a worker thread.
+        """
         if not callable(loader):
             raise TypeError(f"loader must be callable; got {loader!r}")
         key = CacheKey.of(key)
@@ -79,15 +106,14 @@ class Filler:
         own = False  # True once this caller's own loader made the value (see DontCache)
 
         async def lead(serve: Callable[[Any], None], marking: Callable[[bool], None]) -> Any:
-            # Coalesced before the first read: see stampede.fill.filler.
+            # Coalesced before the first read: on a cold key, every thread of the process
+            # reading for itself would be the herd again, in GETs. A hit costs the group a
+            # dict entry under its lock, and builds no generator, lock or driver.
             nonlocal own
             own = True
             clock = self.clock
             try:
-                if near is None:
-                    seen = await self.store.read(key)
-                else:
-                    seen = await near_reads.read(near, self.store, key)  # type: ignore[arg-type]
+                seen = await self._first_read(key)
             except STORE_ERRORS as exc:
                 seen = unavailable(exc, key, "Read")
                 verdict = None
@@ -110,7 +136,7 @@ class Filler:
             with filling(key, near):
                 return await run_protocol(protocol, self.store, key, loader, options.lock_ttl)
 
-        flights = local.group(self.flights)
+        flights = flight_group(self.flights)
         value = await flights.run(key.full, lead, options.wait_timeout, on_follow_timeout)
         if flight.needs_own_load(value, own):
             with filling(key, near):
@@ -120,7 +146,8 @@ class Filler:
         return unwrap_private(value)
 
     async def invalidate(self, *keys: CacheKey | Name) -> None:
-        """Async twin of :meth:`stampede.fill.filler.Filler.invalidate`."""
+        """Void fills of ``keys`` in progress (their values must not be stored) and wake their
+        waiters to load afresh. Deleting the values themselves is the caller's business."""
         named = [CacheKey.of(key) for key in keys]
         if self.near is not None:
             self.near.forget([key.full for key in named])
@@ -128,7 +155,7 @@ class Filler:
 
 
 async def refuse_unknown(bloom: Guard, key: CacheKey) -> None:
-    """Async twin of :func:`stampede.fill.filler.refuse_unknown`."""
+    """Raise ``NotFound`` if ``bloom`` never saw its item: the penetration guard's answer."""
     try:
         admitted = await bloom.aadmits()
     except STORE_ERRORS as exc:

@@ -1,7 +1,8 @@
-"""The sync driver of the fill protocol: performs ``flight``'s steps with a store.
+# Generated from stampede/aio/driver.py by .ci/unasync.py: do not edit by hand.
+# Edit the source, then run `python .ci/unasync.py` to write this file again.
+"""The driver of the fill protocol: performs ``flight``'s steps with a store.
 
-Rule: decisions live in ``core/flight.py``; this module only does I/O and waiting, and it is
-kept line-for-line parallel with ``aio/driver.py``.
+Rule: decisions live in ``core/flight.py``; this module only does I/O and waiting.
 Rule: the store's I/O errors are mapped at the edge (``drive``, with ``edge.thrown_back``) to
 ``StoreUnavailable`` for the protocol, which applies ``on_redis_error``; a loader's exception
 goes back unchanged, even a ``RedisError`` from the loader's own data source.
@@ -11,7 +12,6 @@ Rule: whatever happens, a flight leaves no lock and no subscription behind (``Fl
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +20,7 @@ from ..core import events, flight
 from ..core.keys import CacheKey
 from ..core.port import FillLock, Store
 from .edge import nobody, thrown_back
+from .flights import call_loader, start_background
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class FlightIO:
         started = time.monotonic()
         error: BaseException | None = None
         try:
-            return self.loader()
+            return call_loader(self.loader)
         except BaseException as exc:
             error = exc
             raise
@@ -91,15 +92,10 @@ class FlightIO:
             events.emit("load_finished", key=self.key.full, duration=duration, error=error)
 
     def _hand_over(self, refresh: flight.Protocol) -> None:
-        """Give the held lock to a background thread that runs ``refresh``."""
+        """Give the held lock to a background thread (task) that runs ``refresh``."""
         heir = FlightIO(self.store, self.key, self.loader, self.lock_ttl, nobody)
         heir._lock = self._lock
-        threading.Thread(
-            target=_refresh_in_background,
-            args=(refresh, heir),
-            name="stampede-refresh",
-            daemon=True,
-        ).start()
+        start_background(_refresh_in_background, refresh, heir)
         self._lock = None  # only once started: if the start fails, our close() releases it
 
     def close(self) -> None:

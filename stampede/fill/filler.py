@@ -1,3 +1,5 @@
+# Generated from stampede/aio/filler.py by .ci/unasync.py: do not edit by hand.
+# Edit the source, then run `python .ci/unasync.py` to write this file again.
 """``Filler``: the stampede-safe get-or-load over one store, with or without Django.
 
 The one core object every entry point uses (``StampedeCache``, ``@cached``, pages, scripts with
@@ -37,10 +39,10 @@ from ..core.keys import CacheKey, Name
 from ..core.options import FillOptions
 from ..core.port import Guard, Store
 from ..exceptions import NotFound
-from . import local
 from .chain import refuse_reentry
 from .driver import run_protocol
 from .edge import STORE_ERRORS, guard_unavailable, unavailable
+from .flights import Flights, first_read, flight_group, own_flights
 from .near import NearReads, filling
 
 
@@ -51,9 +53,9 @@ class Filler:
         store: where records and locks live (``RedisStore``, or the Django adapter's stores).
         options: the fill options (``FillOptions``); per-call overrides go to ``get_or_load``.
         clock: time and randomness (tests hold them still).
-        flights: the process's flight group to coalesce in; callers that must coalesce with
-            each other (every thread's backend object of one cache) share one. Default: a
-            group of this filler's own.
+        flights: the process's flight group to coalesce in (asyncio: its name, one group per
+            event loop); callers that must coalesce with each other (every thread's backend
+            object of one cache) share one. Default: a group of this filler's own.
         near: the near cache in front of ``store`` (``NearReads``), if any.
     """
 
@@ -63,15 +65,15 @@ class Filler:
         options: FillOptions | None = None,
         *,
         clock: Clock = SYSTEM_CLOCK,
-        flights: local.FlightGroup | None = None,
+        flights: Flights | None = None,
         near: NearReads | None = None,
     ) -> None:
         self.store = store
         self.options = FillOptions() if options is None else options
         self.clock = clock
-        self.flights = local.FlightGroup() if flights is None else flights
+        self.flights = own_flights() if flights is None else flights
         self.near = near
-        self._first_read = store.read if near is None else near.read
+        self._first_read = first_read(store, near)
 
     def __repr__(self) -> str:
         return f"<Filler {self.store!r}>"
@@ -91,6 +93,7 @@ class Filler:
         replace options for this call (``grace=60``, ``wait_timeout=2``, ...). ``bloom``
         (``stampede.bloom.BloomGuard``) is asked on a miss, before any lock: an item it never
         saw raises :class:`~stampede.exceptions.NotFound`, and the loader is not called.
+        On asyncio, ``loader`` may be a coroutine function; a plain one runs in a worker thread.
         """
         if not callable(loader):
             raise TypeError(f"loader must be callable; got {loader!r}")
@@ -135,7 +138,8 @@ class Filler:
             with filling(key, near):
                 return run_protocol(protocol, self.store, key, loader, options.lock_ttl)
 
-        value = self.flights.run(key.full, lead, options.wait_timeout, on_follow_timeout)
+        flights = flight_group(self.flights)
+        value = flights.run(key.full, lead, options.wait_timeout, on_follow_timeout)
         if flight.needs_own_load(value, own):
             with filling(key, near):
                 value = run_protocol(flight.load_own(), self.store, key, loader, options.lock_ttl)

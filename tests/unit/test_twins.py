@@ -12,24 +12,19 @@ import pytest
 
 from stampede import django_internals
 from stampede.aio import driver as aio_driver
-from stampede.aio import filler as aio_filler
 from stampede.aio import local as aio_local
 from stampede.aio import notify as aio_notify
-from stampede.fill import driver, filler, local
+from stampede.fill import local
 from stampede.io import notify
 
 TWINS = [
     (notify.Notifier, aio_notify.Notifier),
     (notify.Subscription, aio_notify.Subscription),
     (local.FlightGroup, aio_local.FlightGroup),
-    (driver.FlightIO, aio_driver.FlightIO),
-    (filler.Filler, aio_filler.Filler),
     (django_internals.BackendStore, django_internals.AsyncBackendStore),
     (django_internals.BackendFillLock, django_internals.AsyncBackendFillLock),
 ]
 FUNCTION_TWINS = [
-    (driver.drive, aio_driver.drive),
-    (driver.run_protocol, aio_driver.run_protocol),
     (notify.notifier_for, aio_notify.notifier_for),
 ]
 # Methods only one side has, by design: the async store is built from the sync one per loop.
@@ -96,5 +91,5 @@ def test_twin_drivers_are_coroutine_functions():
 def test_twins_point_to_their_sync_counterpart():
     for _, twin in TWINS:
         assert (twin.__doc__ or "").startswith("Async twin of"), twin
-    for _, twin in FUNCTION_TWINS[:2]:
+    for _, twin in FUNCTION_TWINS:
         assert (twin.__doc__ or "").startswith("Async twin of"), twin
