@@ -2,11 +2,14 @@
 
 The asyncio modules under ``stampede/aio/`` are the one source of the lock and fill code; each
 sync module is that source with the async words taken out (``async def`` -> ``def``, ``await x``
--> ``x``, ``__aenter__`` -> ``__enter__``, ``scripts.arun`` -> ``scripts.run``, ...), word by
-word, then sorted and formatted by ruff as the rest of the code is. What truly differs between
-threads and an event loop (sleeping, a local lock, the renewal, asking servers at once) is written
-twice, in ``stampede/aio/concurrency.py`` and ``stampede/lock/concurrency.py``, under the same
-names, so the source calls it the same way on both sides.
+-> ``x``, ``__aenter__`` -> ``__enter__``, ``scripts.arun`` -> ``scripts.run``, ...), whole
+words only, then sorted and formatted by ruff as the rest of the code is. What truly differs
+between threads and an event loop is written twice under the same names, so that the source
+calls it the same way on both sides: ``aio/concurrency.py`` against ``lock/concurrency.py`` and
+``fill/concurrency.py`` (sleeping, the local queue, the renewal, asking Redlock's servers, the
+hit's read), ``aio/flights.py`` against ``fill/flights.py`` (the flight group, the first read,
+the loader's call, the background refresh). Lines between ``# unasync: async only`` and
+``# unasync: end`` exist on the asyncio side only.
 
 Usage::
 
@@ -23,7 +26,7 @@ import argparse
 import re
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,8 +66,6 @@ class Pair:
 
     source: str
     target: str
-    #: Replacements for this pair only, applied after the common ones.
-    extra: tuple[tuple[str, str], ...] = field(default=())
 
 
 PAIRS: tuple[Pair, ...] = (
@@ -96,14 +97,24 @@ def header(pair: Pair) -> str:
 ASYNC_ONLY = re.compile(r"^[ \t]*# unasync: async only\n.*?^[ \t]*# unasync: end\n", re.M | re.S)
 
 
+#: What no sync module may import, once the async words are out.
+ASYNCIO_IMPORT = re.compile(r"^[ \t]*(import asyncio|from asyncio)\b.*$", re.M)
+
+
 def unasync(text: str, pair: Pair) -> str:
     """Return the sync module's text for the asyncio source ``text`` (before formatting)."""
     text = ASYNC_ONLY.sub("", text)
     # The target's own package is imported relatively: ``..lock.rules`` is ``.rules`` in lock/.
     package = Path(pair.target).parent.name
     own = ((rf"from \.\.{package}\.", "from ."), (rf"from \.\.{package} import", "from . import"))
-    for pattern, replacement in _compile(SUBSTITUTIONS + pair.extra + own):
+    for pattern, replacement in _compile(SUBSTITUTIONS + own):
         text = pattern.sub(replacement, text)
+    used = ASYNCIO_IMPORT.search(text)
+    if used:
+        raise SystemExit(
+            f"{pair.source} imports asyncio ({used.group(0).strip()!r}): the sync module cannot;"
+            " move what needs it to aio/concurrency.py or aio/flights.py and their sync twins"
+        )
     return header(pair) + text
 
 

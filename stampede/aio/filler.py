@@ -41,7 +41,7 @@ from ..fill.chain import refuse_reentry
 from ..fill.edge import STORE_ERRORS, guard_unavailable, unavailable
 from ..fill.near import NearReads, filling
 from .driver import run_protocol
-from .flights import Flights, first_read, flight_group, own_flights
+from .flights import Flights, first_read, flight_group
 
 
 class Filler:
@@ -69,7 +69,7 @@ class Filler:
         self.store = store
         self.options = FillOptions() if options is None else options
         self.clock = clock
-        self.flights = own_flights() if flights is None else flights
+        self.flights = flight_group(flights)
         self.near = near
         self._first_read = first_read(store, near)
 
@@ -136,8 +136,7 @@ class Filler:
             with filling(key, near):
                 return await run_protocol(protocol, self.store, key, loader, options.lock_ttl)
 
-        flights = flight_group(self.flights)
-        value = await flights.run(key.full, lead, options.wait_timeout, on_follow_timeout)
+        value = await self.flights.run(key.full, lead, options.wait_timeout, on_follow_timeout)
         if flight.needs_own_load(value, own):
             with filling(key, near):
                 value = await run_protocol(

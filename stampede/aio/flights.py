@@ -19,20 +19,29 @@ from ..fill.near import NearReads
 from . import local
 from . import near as near_reads
 
-#: What a ``Filler`` is given to coalesce in: the name of its cache's flight group, of which
-#: each event loop has its own (asyncio locks belong to their loop).
+#: What a ``Filler`` is given to coalesce in: the name of its cache's flight groups.
 Flights: TypeAlias = Hashable
 
 
-def own_flights() -> Hashable:
-    """Return the name of a flight group of a filler's own: a token never reused while the
-    filler lives (an ``id()`` would be)."""
-    return object()
+class LoopFlights:
+    """The flight group called ``name`` of whichever event loop runs: asyncio locks belong to
+    their loop, so each loop has its own group of each name (``local.group``)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: Hashable) -> None:
+        self.name = name
+
+    def run(self, key: Hashable, *args: Any) -> Awaitable[Any]:
+        """Return the running loop's ``FlightGroup.run(key, ...)`` (see ``aio.local``)."""
+        return local.group(self.name).run(key, *args)
 
 
-def flight_group(flights: Hashable) -> local.FlightGroup:
-    """Return the running loop's flight group called ``flights``."""
-    return local.group(flights)
+def flight_group(flights: Hashable | None) -> LoopFlights:
+    """Return the flight groups a ``Filler`` coalesces in: those called ``flights`` (the
+    cache's name), or, given None, a token of the filler's own, never reused while it lives
+    (an ``id()`` would be)."""
+    return LoopFlights(object() if flights is None else flights)
 
 
 def first_read(store: AsyncStore, near: NearReads | None) -> Callable[[CacheKey], Awaitable[Any]]:

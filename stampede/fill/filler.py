@@ -42,7 +42,7 @@ from ..exceptions import NotFound
 from .chain import refuse_reentry
 from .driver import run_protocol
 from .edge import STORE_ERRORS, guard_unavailable, unavailable
-from .flights import Flights, first_read, flight_group, own_flights
+from .flights import Flights, first_read, flight_group
 from .near import NearReads, filling
 
 
@@ -71,7 +71,7 @@ class Filler:
         self.store = store
         self.options = FillOptions() if options is None else options
         self.clock = clock
-        self.flights = own_flights() if flights is None else flights
+        self.flights = flight_group(flights)
         self.near = near
         self._first_read = first_read(store, near)
 
@@ -138,8 +138,7 @@ class Filler:
             with filling(key, near):
                 return run_protocol(protocol, self.store, key, loader, options.lock_ttl)
 
-        flights = flight_group(self.flights)
-        value = flights.run(key.full, lead, options.wait_timeout, on_follow_timeout)
+        value = self.flights.run(key.full, lead, options.wait_timeout, on_follow_timeout)
         if flight.needs_own_load(value, own):
             with filling(key, near):
                 value = run_protocol(flight.load_own(), self.store, key, loader, options.lock_ttl)

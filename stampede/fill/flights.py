@@ -20,14 +20,10 @@ from .near import NearReads
 Flights: TypeAlias = FlightGroup
 
 
-def own_flights() -> FlightGroup:
-    """Return a flight group of a filler's own (a filler given none coalesces only its calls)."""
-    return FlightGroup()
-
-
-def flight_group(flights: FlightGroup) -> FlightGroup:
-    """Return the flight group of ``flights``: itself (one per process, shared by threads)."""
-    return flights
+def flight_group(flights: FlightGroup | None) -> FlightGroup:
+    """Return the flight group a ``Filler`` coalesces in: ``flights``, the process's group of
+    its cache shared by every thread, or a group of the filler's own."""
+    return FlightGroup() if flights is None else flights
 
 
 def first_read(store: Store, near: NearReads | None) -> Callable[[CacheKey], Any]:

@@ -90,3 +90,35 @@ def test_check_names_a_generated_module_whose_source_changed(checkout_copy):
     done = _check(checkout_copy)
     assert done.returncode == 1
     assert pair.target in done.stderr
+
+
+def test_async_words_become_their_sync_twins_whole_words_only():
+    script = _load_script()
+    pair = script.Pair("stampede/aio/thing.py", "stampede/lock/thing.py")
+    source = (
+        "from ..lock.rules import remaining\n"
+        "async def acquire(self):\n"
+        "    async with local_turn() as turn:\n"
+        "        return await scripts.arun(self._client, _arun)\n"
+    )
+    body = script.unasync(source, pair).split("\n", 2)[2]
+    assert body == (
+        "from .rules import remaining\n"
+        "def acquire(self):\n"
+        "    with local_turn() as turn:\n"
+        "        return scripts.run(self._client, _arun)\n"
+    )
+
+
+def test_lines_marked_async_only_are_left_out_of_the_sync_module():
+    script = _load_script()
+    pair = script.Pair("stampede/aio/thing.py", "stampede/fill/thing.py")
+    source = "a = 1\n    # unasync: async only\nb = 2\n    # unasync: end\nc = 3\n"
+    assert script.unasync(source, pair).endswith("a = 1\nc = 3\n")
+
+
+def test_a_source_that_imports_asyncio_is_refused_naming_it():
+    script = _load_script()
+    pair = script.Pair("stampede/aio/thing.py", "stampede/fill/thing.py")
+    with pytest.raises(SystemExit, match=r"stampede/aio/thing.py imports asyncio"):
+        script.unasync("import asyncio\n", pair)
