@@ -51,6 +51,9 @@ from .rules import (
 )
 
 logger = logging.getLogger(__name__)
+#: Redlock's random pauses come from a generator of its own, not the random module's shared
+#: one, so a lock waiting in a background thread never moves another's seeded sequence.
+_random = random.Random()
 
 # A subscribe is a connect, a handshake and a confirmation: this many server timeouts.
 _SUBSCRIBE_ROUND_TRIPS = 3
@@ -225,7 +228,7 @@ class Redlock(HoldContext, RedlockBase):
                     subscription.close()
 
     def _park(self, subscription: Subscription | None, vote: Vote, left: float | None) -> None:
-        pause = random.uniform(*self.retry_delay)
+        pause = _random.uniform(*self.retry_delay)
         seconds, on_release = rules.redlock_park(
             vote, self.quorum, left, pause, subscribed=subscription is not None
         )
