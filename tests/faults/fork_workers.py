@@ -312,8 +312,14 @@ def _child(url: str, to_parent: int, ask_inflight: bool) -> None:
     wait_until(lambda: client.exists(keys.lock_key(FULL.format("held2"))), "held2 is held")
     started = time.monotonic()
     loader = workers.counted_loader(url, "loads:held2", "loaded-by-the-child")
+    peeks = _pttl_calls(client)
     waiter = workers.Background(lambda: cache.get_or_set("held2", loader, 60))
-    wait_until(lambda: subscribers(client, FULL.format("held2")) == 1, "the child listens")
+    # Subscribed, and past its own lock attempt (it has looked at the lock): released any
+    # earlier, the child would take the free lock and find the value without waiting.
+    wait_until(
+        lambda: subscribers(client, FULL.format("held2")) == 1 and _pttl_calls(client) > peeks,
+        "the child listens and has looked at the lock",
+    )
     _send(to_parent, event="waiting on held2")
     report["held2"] = waiter.result()
     report["held2_seconds"] = time.monotonic() - started
