@@ -233,12 +233,7 @@ class Mutex(AsyncHoldContext, MutexBase):
         Raises:
             RuntimeError: this object does not hold the lock.
         """
-        with self._state:
-            token = self._require_token("release")
-            self._token = None
-            if self._renewal is not None:
-                self._renewal.cancel()
-                self._renewal = None
+        token = self._end_hold()
         keys, args = self._release_keys_args(token, message)
         released = bool(await scripts.arun(self._client, scripts.RELEASE, keys, args))
         if not released:

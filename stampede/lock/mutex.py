@@ -235,12 +235,7 @@ class Mutex(HoldContext, MutexBase):
         Raises:
             RuntimeError: this object does not hold the lock.
         """
-        with self._state:
-            token = self._require_token("release")
-            self._token = None
-            if self._renewal is not None:
-                self._renewal.cancel()
-                self._renewal = None
+        token = self._end_hold()
         keys, args = self._release_keys_args(token, message)
         released = bool(scripts.run(self._client, scripts.RELEASE, keys, args))
         if not released:

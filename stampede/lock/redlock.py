@@ -331,12 +331,7 @@ class Redlock(HoldContext, RedlockBase):
         Raises:
             RuntimeError: this object does not hold the lock.
         """
-        with self._state:
-            token = self._require_token("release")
-            self._token = None
-            if self._renewal is not None:
-                self._renewal.cancel()
-                self._renewal = None
+        token = self._end_hold()
         released = self._release_on(range(len(self.clients)), token, message) >= self.quorum
         if not released:
             self._report_lost()

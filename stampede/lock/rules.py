@@ -65,6 +65,10 @@ class AsyncHoldContext:
 class MutexBase:
     """State and arguments of one would-be holder of the lock on ``name``."""
 
+    #: Set by each subclass: what guards the token against its renewal, and the renewal.
+    _state: Any
+    _renewal: Any
+
     def __init__(
         self,
         redis_client: Any,
@@ -113,6 +117,18 @@ class MutexBase:
     def _check_not_held(self) -> None:
         if self._token is not None:
             raise RuntimeError(f"{self!r} is already held by this object; it is not reentrant")
+
+    def _end_hold(self) -> str:
+        """Give up this object's hold: forget the token and stop its renewal; return the token,
+        for the caller to release in Redis. The subclass's ``_state`` guards it against a
+        renewal running at the same moment (a thread's lock; nothing on an event loop)."""
+        with self._state:
+            token = self._require_token("release")
+            self._token = None
+            if self._renewal is not None:
+                self._renewal.cancel()
+                self._renewal = None
+        return token
 
     def _require_token(self, action: str) -> str:
         if self._token is None:
