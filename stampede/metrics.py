@@ -53,6 +53,35 @@ def full_key_label(key: Any) -> str:
     return str(key)
 
 
+#: Every metric the exporter keeps, by attribute, with its help text; its Prometheus name is the
+#: attribute's with ``stampede_`` in front. The one list of them: the exporter creates, feeds
+#: and unregisters exactly these.
+COUNTERS = {
+    "loader_calls": "Loader runs (cache fills), by key label.",
+    "loader_errors": "Loader runs that raised.",
+    "coalesced": "Callers that joined a fill already running in this process.",
+    "waiters": "Waits for a fill running in another process (via Redis).",
+    "stale_served": "Stale values served while one caller refreshes.",
+    "wait_timeouts": "Waits that ran past WAIT_TIMEOUT (ON_TIMEOUT applied).",
+    "lock_lost": "Holders that found their lock expired or taken over.",
+    "redis_errors": "Redis failures during a fill (ON_REDIS_ERROR applied).",
+}
+HISTOGRAMS = {
+    "load_seconds": "Seconds a loader ran.",
+    "wait_seconds": "Seconds a caller waited for another process's fill.",
+}
+LABELS = {"loader_calls": ("key",)}
+
+#: The events that only count: event -> the counter it increments (the others carry a payload).
+COUNTED = {
+    "coalesced": "coalesced",
+    "stale_served": "stale_served",
+    "wait_timeout": "wait_timeouts",
+    "lock_lost": "lock_lost",
+    "redis_error": "redis_errors",
+}
+
+
 class Exporter:
     """The metrics of one registry, fed by ``stampede.events``; see the module docstring."""
 
@@ -61,78 +90,35 @@ class Exporter:
 
         self.registry = registry
         self.key_label = key_label
-
-        def counter(name: str, doc: str, labels: tuple[str, ...] = ()) -> Any:
-            return Counter(name, doc, labels, registry=registry)
-
-        def histogram(name: str, doc: str) -> Any:
-            return Histogram(name, doc, registry=registry, buckets=BUCKETS)
-
-        self.loader_calls = counter(
-            "stampede_loader_calls", "Loader runs (cache fills), by key label.", ("key",)
-        )
-        self.loader_errors = counter("stampede_loader_errors", "Loader runs that raised.")
-        self.load_seconds = histogram("stampede_load_seconds", "Seconds a loader ran.")
-        self.coalesced = counter(
-            "stampede_coalesced", "Callers that joined a fill already running in this process."
-        )
-        self.waiters = counter(
-            "stampede_waiters", "Waits for a fill running in another process (via Redis)."
-        )
-        self.wait_seconds = histogram(
-            "stampede_wait_seconds", "Seconds a caller waited for another process's fill."
-        )
-        self.stale_served = counter(
-            "stampede_stale_served", "Stale values served while one caller refreshes."
-        )
-        self.wait_timeouts = counter(
-            "stampede_wait_timeouts", "Waits that ran past WAIT_TIMEOUT (ON_TIMEOUT applied)."
-        )
-        self.lock_lost = counter(
-            "stampede_lock_lost", "Holders that found their lock expired or taken over."
-        )
-        self.redis_errors = counter(
-            "stampede_redis_errors", "Redis failures during a fill (ON_REDIS_ERROR applied)."
-        )
-        self._collectors = (
-            self.loader_calls,
-            self.loader_errors,
-            self.load_seconds,
-            self.coalesced,
-            self.waiters,
-            self.wait_seconds,
-            self.stale_served,
-            self.wait_timeouts,
-            self.lock_lost,
-            self.redis_errors,
-        )
+        self.metrics: dict[str, Any] = {}
+        for attribute, doc in COUNTERS.items():
+            self.metrics[attribute] = Counter(
+                f"stampede_{attribute}", doc, LABELS.get(attribute, ()), registry=registry
+            )
+        for attribute, doc in HISTOGRAMS.items():
+            self.metrics[attribute] = Histogram(
+                f"stampede_{attribute}", doc, registry=registry, buckets=BUCKETS
+            )
 
     def __call__(self, event: str, **payload: Any) -> None:
         """Record one herd event (the ``events.listen`` listener interface)."""
-        if event == "load_started":
-            self.loader_calls.labels(key=self.key_label(payload["key"])).inc()
+        metrics = self.metrics
+        if event in COUNTED:
+            metrics[COUNTED[event]].inc()
+        elif event == "load_started":
+            metrics["loader_calls"].labels(key=self.key_label(payload["key"])).inc()
         elif event == "load_finished":
-            self.load_seconds.observe(payload["duration"])
+            metrics["load_seconds"].observe(payload["duration"])
             if payload.get("error") is not None:
-                self.loader_errors.inc()
-        elif event == "coalesced":
-            self.coalesced.inc()
+                metrics["loader_errors"].inc()
         elif event == "waited":
-            self.waiters.inc()
-            self.wait_seconds.observe(payload["duration"])
-        elif event == "stale_served":
-            self.stale_served.inc()
-        elif event == "wait_timeout":
-            self.wait_timeouts.inc()
-        elif event == "lock_lost":
-            self.lock_lost.inc()
-        elif event == "redis_error":
-            self.redis_errors.inc()
+            metrics["waiters"].inc()
+            metrics["wait_seconds"].observe(payload["duration"])
 
     def close(self) -> None:
         """Stop listening and remove this exporter's metrics from its registry."""
         events.unlisten(self)
-        for collector in self._collectors:
+        for collector in self.metrics.values():
             self.registry.unregister(collector)
 
 
