@@ -61,37 +61,33 @@ def async_twin_of_pool(pool: Any) -> Any:
 def sentinel_primary(
     sentinels: list[tuple[str, int]],
     service_name: str,
-    *,
-    min_other_sentinels: int,
-    sentinel_kwargs: dict[str, Any],
     master_kwargs: dict[str, Any],
+    **manager: Any,
 ) -> Any:
-    """Return a new ``redis.Redis`` of the primary of ``service_name``, through ``sentinels``."""
+    """Return a new ``redis.Redis`` of the primary of ``service_name``, through ``sentinels``.
+
+    ``manager``: the keyword arguments of redis-py's ``Sentinel`` (``min_other_sentinels``,
+    ``sentinel_kwargs``); ``master_kwargs``: those of its ``master_for``.
+    """
     from redis.sentinel import Sentinel
 
-    manager = Sentinel(  # type: ignore[no-untyped-call]
-        sentinels, min_other_sentinels=min_other_sentinels, sentinel_kwargs=sentinel_kwargs
-    )
-    master_for: Any = manager.master_for
+    master_for: Any = Sentinel(sentinels, **manager).master_for  # type: ignore[no-untyped-call]
     return master_for(service_name, **master_kwargs)
 
 
 def async_sentinel_primary(
     sentinels: list[tuple[str, int]],
     service_name: str,
-    *,
-    min_other_sentinels: int,
-    sentinel_kwargs: dict[str, Any],
     master_kwargs: dict[str, Any],
+    **manager: Any,
 ) -> Any:
     """Async twin of :func:`sentinel_primary`: a new ``redis.asyncio.Redis`` of the primary,
     whose ``aclose`` also closes its connections to the sentinels."""
     from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 
-    manager = AsyncSentinel(  # type: ignore[no-untyped-call]
-        sentinels, min_other_sentinels=min_other_sentinels, sentinel_kwargs=sentinel_kwargs
-    )
-    return manager.master_for(service_name, redis_class=_async_primary_class(), **master_kwargs)
+    manager_of_loop = AsyncSentinel(sentinels, **manager)  # type: ignore[no-untyped-call]
+    primary_class = _async_primary_class()
+    return manager_of_loop.master_for(service_name, redis_class=primary_class, **master_kwargs)
 
 
 @functools.cache

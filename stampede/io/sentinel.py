@@ -258,7 +258,7 @@ def build_client(url: str) -> Any:
     """
     spec = parse_url(url)
     client = factory.sentinel_primary(
-        list(spec.sentinels), spec.service_name, **_manager_kwargs(spec)
+        list(spec.sentinels), spec.service_name, spec.master_kwargs(), **_manager_kwargs(spec)
     )
     _specs[client.connection_pool] = spec
     return client
@@ -274,15 +274,15 @@ def build_async_client(url: str) -> Any:
 
 def _async_master(spec: SentinelURL) -> Any:
     return factory.async_sentinel_primary(
-        list(spec.sentinels), spec.service_name, **_manager_kwargs(spec)
+        list(spec.sentinels), spec.service_name, spec.master_kwargs(), **_manager_kwargs(spec)
     )
 
 
 def _manager_kwargs(spec: SentinelURL) -> dict[str, Any]:
+    """The keyword arguments of redis-py's ``Sentinel`` for ``spec``."""
     return {
         "min_other_sentinels": spec.min_other_sentinels,
         "sentinel_kwargs": spec.all_sentinel_kwargs(),
-        "master_kwargs": spec.master_kwargs(),
     }
 
 
