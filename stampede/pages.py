@@ -155,11 +155,23 @@ class _Page:
     timeout: float  # the last timeout Django chose for the URL's pages (else the policy's)
 
 
-def _find(request: HttpRequest, policy: PagePolicy, cache: Any) -> tuple[Any, _Page | None]:
+@dataclass(frozen=True)
+class _Visit:
+    """One request being served: what every step of serving it needs."""
+
+    request: HttpRequest
+    get_response: Any
+    policy: PagePolicy
+    cache: Any
+    guard: dict[str, Any]  # ``bloom=``/``bloom_item=`` of every fill
+
+
+def _find(visit: _Visit) -> tuple[Any, _Page | None]:
     """Return (the stored GET page a HEAD is answered with, or None; this request's page).
 
     The page is None while the URL's header list is unknown (its first render).
     """
+    request, policy, cache = visit.request, visit.policy, visit.cache
     reader = _HeaderReader(cache)
     get_page = None
     if request.method == "HEAD":
@@ -171,10 +183,11 @@ def _find(request: HttpRequest, policy: PagePolicy, cache: Any) -> tuple[Any, _P
     return get_page, _Page(key, policy.timeout if reader.timeout is None else reader.timeout)
 
 
-def _learning_key(request: HttpRequest, policy: PagePolicy) -> str:
+def _learning_key(visit: _Visit) -> str:
+    request = visit.request
     url = iri_to_uri(request.build_absolute_uri()).encode("ascii")
     digest = hashlib.md5(url, usedforsecurity=False).hexdigest()
-    return f"stampede.pages.learning.{policy.key_prefix}.{request.method}.{digest}"
+    return f"stampede.pages.learning.{visit.policy.key_prefix}.{request.method}.{digest}"
 
 
 # -- sync ---------------------------------------------------------------------------------------
@@ -189,27 +202,26 @@ def serve(
     """
     if request.method not in ("GET", "HEAD"):
         return get_response(request)
-    cache = policy.cache()
-    get_page, page = _find(request, policy, cache)
+    visit = _Visit(request, get_response, policy, policy.cache(), guard)
+    get_page, page = _find(visit)
     if get_page is not None:
         return own_copy(get_page)
     if page is None:
-        rendered = _learn(request, get_response, policy, cache, guard)
+        rendered = _learn(visit)
         if rendered is not None:
             return rendered
-        get_page, page = _find(request, policy, cache)
+        get_page, page = _find(visit)
         if get_page is not None:
             return own_copy(get_page)
         if page is None:  # the header list is gone already (evicted): learn again, alone
-            return _render_and_store(request, get_response, policy, cache)[0]
-    return _serve_page(request, get_response, policy, cache, page, guard)
+            return _render_and_store(visit)[0]
+    return _serve_page(visit, page)
 
 
-def _render_and_store(
-    request: HttpRequest, get_response: Any, policy: PagePolicy, cache: Any
-) -> tuple[HttpResponseBase, bool]:
+def _render_and_store(visit: _Visit) -> tuple[HttpResponseBase, bool]:
     """Render; store the page where Django would, then its header list; return (it, shared)."""
-    response, shared = decide(request, get_response(request), policy)
+    policy, cache = visit.policy, visit.cache
+    response, shared = decide(visit.request, visit.get_response(visit.request), policy)
     if shared is None:
         return response, False
     snapshot = shared.snapshot
@@ -218,46 +230,37 @@ def _render_and_store(
     return response, True
 
 
-def _learn(
-    request: HttpRequest, get_response: Any, policy: PagePolicy, cache: Any, guard: Any
-) -> Any:
+def _learn(visit: _Visit) -> Any:
     ours: dict[str, HttpResponseBase] = {}
 
     def render_and_learn() -> Any:
-        ours["response"], shared = _render_and_store(request, get_response, policy, cache)
+        ours["response"], shared = _render_and_store(visit)
         return _LEARNED if shared else DontCache(_LEARNED)
 
-    cache.get_or_load(
-        _learning_key(request, policy), render_and_learn, timeout=policy.timeout, **guard
-    )
+    timeout = visit.policy.timeout
+    visit.cache.get_or_load(_learning_key(visit), render_and_learn, timeout=timeout, **visit.guard)
     return ours.get("response")
 
 
-def _serve_page(
-    request: HttpRequest,
-    get_response: Any,
-    policy: PagePolicy,
-    cache: Any,
-    page: _Page,
-    guard: Any,
-) -> HttpResponseBase:
+def _serve_page(visit: _Visit, page: _Page) -> HttpResponseBase:
     ours: dict[str, Any] = {}
 
     def render() -> Any:
-        ours["response"], ours["shared"] = decide(request, get_response(request), policy)
-        return _fill_value(ours["response"], ours["shared"], page, policy, cache)
+        rendered = visit.get_response(visit.request)
+        ours["response"], ours["shared"] = decide(visit.request, rendered, visit.policy)
+        return _fill_value(ours["response"], ours["shared"], page, visit.cache)
 
-    value = cache.get_or_load(page.key, render, timeout=page.timeout, grace=policy.grace, **guard)
+    value = visit.cache.get_or_load(
+        page.key, render, timeout=page.timeout, grace=visit.policy.grace, **visit.guard
+    )
     if "response" not in ours:
         return own_copy(value)
     if ours["shared"] is not None:
-        _publish(ours["shared"], policy, cache)  # the page is stored: now it may be found
+        _publish(ours["shared"], visit.policy, visit.cache)  # the page is stored: now findable
     return ours["response"]
 
 
-def _fill_value(
-    response: HttpResponseBase, shared: Shared | None, page: _Page, policy: PagePolicy, cache: Any
-) -> Any:
+def _fill_value(response: HttpResponseBase, shared: Shared | None, page: _Page, cache: Any) -> Any:
     """Return what the fill of ``page`` stores: the page, or ``DontCache`` where Django keys or
     times it otherwise (its ``Vary`` or ``max-age`` changed): then it is stored as Django
     would, and the requests that waited for this render render their own."""
@@ -278,27 +281,27 @@ async def aserve(
     """Async twin of :func:`serve`, for async views and middleware chains."""
     if request.method not in ("GET", "HEAD"):
         return await get_response(request)
-    cache = policy.cache()
+    visit = _Visit(request, get_response, policy, policy.cache(), guard)
     find = sync_to_async(_find)
-    get_page, page = await find(request, policy, cache)
+    get_page, page = await find(visit)
     if get_page is not None:
         return own_copy(get_page)
     if page is None:
-        rendered = await _alearn(request, get_response, policy, cache, guard)
+        rendered = await _alearn(visit)
         if rendered is not None:
             return rendered
-        get_page, page = await find(request, policy, cache)
+        get_page, page = await find(visit)
         if get_page is not None:
             return own_copy(get_page)
         if page is None:
-            return (await _arender_and_store(request, get_response, policy, cache))[0]
-    return await _aserve_page(request, get_response, policy, cache, page, guard)
+            return (await _arender_and_store(visit))[0]
+    return await _aserve_page(visit, page)
 
 
-async def _arender_and_store(
-    request: HttpRequest, get_response: Any, policy: PagePolicy, cache: Any
-) -> tuple[HttpResponseBase, bool]:
-    response, shared = await sync_to_async(decide)(request, await get_response(request), policy)
+async def _arender_and_store(visit: _Visit) -> tuple[HttpResponseBase, bool]:
+    policy, cache = visit.policy, visit.cache
+    rendered = await visit.get_response(visit.request)
+    response, shared = await sync_to_async(decide)(visit.request, rendered, policy)
     if shared is None:
         return response, False
     snapshot = shared.snapshot
@@ -311,43 +314,34 @@ async def _arender_and_store(
     return response, True
 
 
-async def _alearn(
-    request: HttpRequest, get_response: Any, policy: PagePolicy, cache: Any, guard: Any
-) -> Any:
+async def _alearn(visit: _Visit) -> Any:
     ours: dict[str, HttpResponseBase] = {}
 
     async def render_and_learn() -> Any:
-        rendered = await _arender_and_store(request, get_response, policy, cache)
-        ours["response"], shared = rendered
+        ours["response"], shared = await _arender_and_store(visit)
         return _LEARNED if shared else DontCache(_LEARNED)
 
-    await cache.aget_or_load(
-        _learning_key(request, policy), render_and_learn, timeout=policy.timeout, **guard
+    await visit.cache.aget_or_load(
+        _learning_key(visit), render_and_learn, timeout=visit.policy.timeout, **visit.guard
     )
     return ours.get("response")
 
 
-async def _aserve_page(
-    request: HttpRequest,
-    get_response: Any,
-    policy: PagePolicy,
-    cache: Any,
-    page: _Page,
-    guard: Any,
-) -> HttpResponseBase:
+async def _aserve_page(visit: _Visit, page: _Page) -> HttpResponseBase:
     ours: dict[str, Any] = {}
 
     async def render() -> Any:
-        rendered = await get_response(request)
-        ours["response"], ours["shared"] = await sync_to_async(decide)(request, rendered, policy)
+        rendered = await visit.get_response(visit.request)
+        decided = await sync_to_async(decide)(visit.request, rendered, visit.policy)
+        ours["response"], ours["shared"] = decided
         fill_value = sync_to_async(_fill_value)
-        return await fill_value(ours["response"], ours["shared"], page, policy, cache)
+        return await fill_value(ours["response"], ours["shared"], page, visit.cache)
 
-    value = await cache.aget_or_load(
-        page.key, render, timeout=page.timeout, grace=policy.grace, **guard
+    value = await visit.cache.aget_or_load(
+        page.key, render, timeout=page.timeout, grace=visit.policy.grace, **visit.guard
     )
     if "response" not in ours:
         return own_copy(value)
     if ours["shared"] is not None:
-        await _apublish(ours["shared"], policy, cache)
+        await _apublish(ours["shared"], visit.policy, visit.cache)
     return ours["response"]
