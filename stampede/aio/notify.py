@@ -4,7 +4,10 @@ listener task per event loop and pool.
 The rules are those of ``stampede.io.listener`` (confirmed subscribe, then a re-check; one
 SUBSCRIBE per channel; one connect at a time; every waiter woken on a lost connection and again
 once resubscribed; a refused SUBSCRIBE raised, not reconnected), kept by the shared
-``ChannelBook``. Everything runs on one event loop, so no lock is needed.
+``ChannelBook`` and the shared state and decisions of ``notifier_base`` (and, on a cluster, of
+``stampede.io.cluster``'s ``RouterBase`` and ``ShardedBase``). What this module writes again is
+only the waiting: ``asyncio.Event`` and a task where the sync side has a condition and a thread.
+Everything runs on one event loop, so no lock is needed.
 """
 
 from __future__ import annotations
@@ -12,51 +15,28 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import weakref
 from typing import Any
 
-from redis.exceptions import (
-    AskError,
-    MovedError,
-    RedisClusterException,
-    RedisError,
-    ResponseError,
-    TryAgainError,
-)
-from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import MovedError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..io import factory
-from ..io.channels import (
-    PLAIN,
-    ChannelBook,
-    ConnectTimeouts,
-    PubSubCommands,
-    channel_name,
-    listener_connection_kwargs,
-    raised_again,
-)
+from ..io.channels import Episode, channel_name
 from ..io.clients import connection_pool_of, is_cluster
+from ..io.cluster import TOPOLOGY_ERRORS, OwnerSearch, RouterBase, ShardedBase
 from ..io.cluster_pubsub import apubsub_of, known_pubsub_of
-from ..io.listener import ACK_TIMEOUT
-from ..io.reconnect import Backoff, FailureLog, Reconnects
+from ..io.notifier_base import ACK_TIMEOUT, Ack, NotifierBase, SubscriptionBase, closed_error
 from ..io.redis_internals import node_connection_kwargs
 from .loops import loop_state
 
 logger = logging.getLogger(__name__)
 
 
-class Subscription:
+class Subscription(SubscriptionBase):
     """Async twin of :class:`stampede.io.listener.Subscription`."""
 
-    __slots__ = ("_event", "_notifier", "channel", "message", "revoked")
+    __slots__ = ()
 
-    def __init__(self, notifier: Notifier, channel: bytes) -> None:
-        self._notifier = notifier
-        self._event = asyncio.Event()
-        self.channel = channel
-        self.message: bytes | None = None
-        self.revoked = False
+    _new_event = asyncio.Event
 
     async def wait(self, timeout: float | None) -> bool:
         try:
@@ -66,14 +46,6 @@ class Subscription:
             woken = False
         self._event.clear()
         return woken
-
-    def _wake(self, message: bytes | None) -> None:
-        self.message = message
-        self._event.set()
-
-    def _revoke(self) -> None:
-        self.revoked = True
-        self._wake(None)
 
     async def close(self) -> None:
         await self._notifier._unsubscribe(self)
@@ -85,90 +57,61 @@ class Subscription:
         await self.close()
 
 
-class Notifier:
+class Notifier(NotifierBase):
     """Async twin of :class:`stampede.io.listener.Notifier` (a listener task, not a thread)."""
 
-    def __init__(
-        self,
-        connection_class: type,
-        connection_kwargs: dict[str, Any],
-        commands: PubSubCommands = PLAIN,
-    ) -> None:
-        self._connection_class = connection_class
-        self._connection_kwargs = listener_connection_kwargs(connection_class, connection_kwargs)
-        self._timeouts = ConnectTimeouts.of_pool(connection_class, connection_kwargs)
-        self._commands = commands
-        self._book = ChannelBook(
-            asyncio.Event,
-            commands,
-            Reconnects(logger, "the wake-up listener's connection", then="reconnecting"),
-        )
-        self._connection: Any = None
-        self._connecting = False  # a task is connecting: nobody else may (one at a time)
-        self._attempt_ended = asyncio.Event()  # set when that connect ends, either way
+    _new_event = asyncio.Event
+    _logger = logger
+
+    def _init_waiting(self) -> None:
+        self._attempt_over = asyncio.Event()  # set when a connect ends, either way
         self._task: asyncio.Task[None] | None = None
-        self._closed = False
 
     async def subscribe(
         self, channel: str | bytes, timeout: float | None = ACK_TIMEOUT
     ) -> Subscription:
         """Async twin of :meth:`stampede.io.listener.Notifier.subscribe`."""
-        name = channel_name(channel)
-        timeout = ACK_TIMEOUT if timeout is None else timeout
-        deadline = time.monotonic() + timeout
+        ack = Ack(channel_name(channel), timeout)
         while True:
-            if deadline - time.monotonic() <= 0:
-                raise RedisTimeoutError(f"Redis did not confirm SUBSCRIBE {name!r} in {timeout}s")
-            subscription, episode, must_connect = await self._join(name)
+            ack.next_try()
+            subscription, episode, must_connect = await self._join(ack.name)
             try:
                 if must_connect:
-                    await self._connect(deadline - time.monotonic())
-                left = max(deadline - time.monotonic(), 0)
-                await asyncio.wait_for(episode.confirmed.wait(), left)
+                    await self._connect(ack.left())
+                await asyncio.wait_for(episode.confirmed.wait(), ack.left())
             except asyncio.TimeoutError:
                 await subscription.close()
-                # A Redis error, as the sync twin raises: on_redis_error applies to it.
-                raise RedisTimeoutError(
-                    f"Redis did not confirm SUBSCRIBE {name!r} in {timeout}s"
-                ) from None
+                raise ack.expired() from None
             except BaseException:
                 await subscription.close()  # cancelled: leave no channel behind in the book
                 raise
-            if not episode.dropped:
+            if self._confirmed(episode):
                 return subscription
-            if episode.error is not None:
-                raise raised_again(episode.error)
-            # The connect this episode waited for was cut short: see the sync twin.
 
-    async def _join(self, name: bytes) -> tuple[Subscription, Any, bool]:
+    async def _join(self, name: bytes) -> tuple[Subscription, Episode, bool]:
         """Async twin of ``stampede.io.listener.Notifier._join``."""
-        if self._closed:
-            raise RedisConnectionError("notifier is closed")
         subscription = Subscription(self, name)
-        episode, created = self._book.join(name, subscription)
-        if created:
-            self._book.adopt(name, episode)
-            if self._connection is not None:
-                try:
-                    await self._send(self._commands.subscribe, name, episode)
-                except BaseException:
-                    self._book.leave(name, subscription)
-                    raise
-        must_connect = self._connection is None and not self._connecting
+        episode, send_now = self._enter(name, subscription)
+        if send_now:
+            try:
+                await self._send(self._commands.subscribe, name, episode)
+            except BaseException:
+                self._book.leave(name, subscription)
+                raise
+        must_connect = self._claim_connect()
         if must_connect:
-            self._connecting = True
-            self._attempt_ended = asyncio.Event()
+            self._attempt_over = asyncio.Event()
         return subscription, episode, must_connect
 
     async def _unsubscribe(self, subscription: Subscription) -> None:
-        if not self._book.leave(subscription.channel, subscription) or self._connection is None:
+        if not self._unsubscribing(subscription):
             return
         try:
             await self._send(self._commands.unsubscribe, subscription.channel, None)
         except (RedisError, OSError):
             logger.debug("UNSUBSCRIBE %r failed; reconnecting", subscription.channel)
 
-    async def _send(self, command: str, name: bytes, episode: Any) -> None:
+    async def _send(self, command: str, name: bytes, episode: Episode | None) -> None:
         self._book.expect(name, episode)
         try:
             await self._connection.send_command(command, name)
@@ -184,26 +127,21 @@ class Notifier:
         except BaseException as exc:
             # Our own time ran out, or we were cancelled: that says nothing about Redis.
             own_time = isinstance(exc, asyncio.TimeoutError)
-            cut_short = own_time or self._timeouts.cut_short(exc, left)
-            self._attempt_over()
-            self._book.connect_failed(None if cut_short else exc)
+            self._attempt_ended(exc, left, cut_short=own_time)
+            self._attempt_over.set()
             if own_time:
                 # A Redis error, as the sync twin raises: on_redis_error applies to it.
                 raise RedisTimeoutError(f"Redis did not connect in {left:.3g}s") from None
             raise
-        self._attempt_over()
-        if self._closed:
+        installed = self._attempt_ended(None, left)
+        self._attempt_over.set()
+        if not installed:
             await connection.disconnect()
-            raise RedisConnectionError("notifier is closed")
+            raise closed_error()
         await self._install(connection)
 
-    def _attempt_over(self) -> None:
-        self._connecting = False
-        self._attempt_ended.set()
-
     async def _open(self, left: float) -> Any:
-        kwargs = dict(self._connection_kwargs, **self._timeouts.attempt(left))
-        connection = factory.connection(self._connection_class, kwargs)
+        connection = self._new_connection(left)
         try:
             await connection.connect()
         except BaseException:
@@ -214,17 +152,13 @@ class Notifier:
     async def _install(self, connection: Any) -> None:
         # From here the listener blocks reading until a message comes: no read timeout.
         connection.socket_timeout = None
-        self._connection = connection
+        packed = self._adopt(connection)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._listen())
-        names = self._book.rejoin()
-        if not names:
+        if packed is None:
             return
         try:
-            # One write, so no other task's SUBSCRIBE lands between these: see the sync twin.
-            await connection.send_packed_command(
-                connection.pack_commands([(self._commands.subscribe, name) for name in names])
-            )
+            await connection.send_packed_command(packed)
         except (RedisError, OSError):
             logger.debug("SUBSCRIBE on a new pub/sub connection failed; reconnecting")
 
@@ -246,13 +180,10 @@ class Notifier:
             self._book.dispatch(reply)
 
     async def _on_connection_lost(self, connection: Any, error: Exception) -> None:
-        if self._connection is not connection:
+        # The book forgets before the next await: a subscriber may connect meanwhile, and what
+        # it forgets (replies expected, waiters to wake) must be the old connection's.
+        if not self._forget(connection):
             return
-        self._connection = None
-        if not self._closed:
-            # Before the next await: a subscriber may connect meanwhile, and what this forgets
-            # (replies expected, waiters to wake) must be the old connection's, not the new's.
-            self._book.connection_lost()
         await connection.disconnect()
         if not self._closed:
             await self._reconnect(error)
@@ -263,11 +194,10 @@ class Notifier:
         while True:
             await asyncio.sleep(self._book.reconnects.failed(error))
             while self._connecting and not self._closed:
-                await self._attempt_ended.wait()  # a subscriber's connect: wait for its outcome
-            if self._closed or self._connection is not None or not self._book.episodes:
+                await self._attempt_over.wait()  # a subscriber's connect: wait for its outcome
+            if not self._should_reconnect():
                 return
-            self._connecting = True
-            self._attempt_ended = asyncio.Event()
+            self._attempt_over = asyncio.Event()
             try:
                 await self._connect(ACK_TIMEOUT)
                 return
@@ -276,9 +206,7 @@ class Notifier:
 
     async def close(self) -> None:
         """Async twin of :meth:`stampede.io.listener.Notifier.close`."""
-        self._closed = True
-        connection, self._connection = self._connection, None
-        self._book.close()
+        connection = self._shut()
         if connection is not None:
             await connection.disconnect()
         if self._task is not None and not self._task.done():
@@ -303,20 +231,15 @@ def notifier_for(client: Any) -> Notifier | ShardedNotifiers:
 # -- Redis Cluster: sharded listeners, one per node, routed by slot ----------------------------
 
 
-class ShardedSubscription(Subscription):
+class ShardedSubscription(ShardedBase, Subscription):
     """Async twin of :class:`stampede.io.cluster.ShardedSubscription`."""
 
-    __slots__ = ("_inner", "_router")
-
-    def __init__(self, router: ShardedNotifiers, inner: Subscription) -> None:
-        super().__init__(inner._notifier, inner.channel)
-        self._router = router
-        self._inner = inner
+    __slots__ = ()
 
     async def wait(self, timeout: float | None) -> bool:
         if self._inner.revoked:
             return await self._move(timeout)
-        woken = await self._inner.wait(timeout)
+        woken: bool = await self._inner.wait(timeout)
         self.message = self._inner.message
         return woken
 
@@ -327,13 +250,7 @@ class ShardedSubscription(Subscription):
         try:
             self._inner = await self._router.subscribe_on_owner(self.channel, timeout)
         except RedisError as exc:
-            logger.warning(
-                "stampede: subscribing again to %r after its slot moved failed: %s",
-                self.channel,
-                exc,
-            )
-            left = None if timeout is None else max(timeout - (time.monotonic() - started), 0)
-            await asyncio.sleep(ACK_TIMEOUT if left is None else left)
+            await asyncio.sleep(self._router._unheard(self.channel, exc, timeout, started))
             return False
         self.message = None
         return True
@@ -342,13 +259,12 @@ class ShardedSubscription(Subscription):
         await self._inner.close()
 
 
-class ShardedNotifiers:
+class ShardedNotifiers(RouterBase):
     """Async twin of :class:`stampede.io.cluster.ShardedNotifiers`, for one event loop."""
 
     def __init__(self, cluster: Any) -> None:
-        self._cluster = weakref.ref(cluster)
+        super().__init__(cluster, logger)
         self._notifiers: dict[str, Notifier] = {}
-        self._failures = FailureLog(logger, "subscribing on a cluster node")
 
     async def subscribe(
         self, channel: str | bytes, timeout: float | None = ACK_TIMEOUT
@@ -362,40 +278,27 @@ class ShardedNotifiers:
 
     async def subscribe_on_owner(self, name: bytes, timeout: float | None) -> Subscription:
         """Async twin of :meth:`stampede.io.cluster.ShardedNotifiers.subscribe_on_owner`."""
-        timeout = ACK_TIMEOUT if timeout is None else timeout
-        deadline = time.monotonic() + timeout
-        backoff = Backoff()
+        search = self._search(name, timeout)
         while True:
-            cluster = self._cluster()
-            if cluster is None:
-                raise RuntimeError("the cluster client of this notifier was garbage-collected")
+            cluster = self._cluster_client()
             await cluster.initialize()  # an asyncio cluster learns its slots on first use
             node = cluster.get_node_from_key(name)
             try:
-                return await self._notifier_of(node, cluster).subscribe(
-                    name, timeout=max(deadline - time.monotonic(), 0.001)
-                )
-            except MovedError as exc:
-                await cluster.nodes_manager.move_slot(exc)
+                notifier = self._notifier_of(node, cluster)
+                return await notifier.subscribe(name, timeout=search.left())
+            except OwnerSearch.RETRIED as exc:
                 error: RedisError = exc
-            except (AskError, TryAgainError) as exc:
-                error = exc
-            except RedisConnectionError as exc:
-                error = exc
-            rerouted = isinstance(error, (MovedError, AskError)) and backoff.failures == 0
-            if not rerouted:
-                self._failures.failed(error)
-            pause = backoff.next_delay()
-            if isinstance(error, RedisConnectionError) and time.monotonic() + pause >= deadline:
-                raise error
-            await asyncio.sleep(max(min(pause, deadline - time.monotonic()), 0))
-            if isinstance(error, RedisConnectionError):
+                if isinstance(exc, MovedError):
+                    self._moved(name, exc)
+                    await cluster.nodes_manager.move_slot(exc)
+            pause, relearn = search.failed(error)
+            await asyncio.sleep(pause)
+            if relearn:
                 try:
                     await cluster.nodes_manager.initialize()
-                except (RedisError, RedisClusterException, OSError) as exc:
-                    logger.debug("refreshing the cluster's slots failed: %s", exc)
-            if time.monotonic() >= deadline:
-                raise RedisTimeoutError(f"Redis did not confirm SSUBSCRIBE {name!r} in {timeout}s")
+                except TOPOLOGY_ERRORS as exc:
+                    self._relearn_failed(exc)
+            search.ack.next_try()
 
     def _notifier_of(self, node: Any, cluster: Any) -> Notifier:
         notifier = self._notifiers.get(node.name)

@@ -25,6 +25,10 @@ Rule: a moved slot costs a re-check, never a hang.
 
 Rule: a subscribe that must try again (moved, being moved, owner unreachable) pauses as
 ``reconnect.Backoff`` says, whatever the error, and its failures are logged at a bounded rate.
+
+The asyncio routers (``stampede.aio.notify``) keep these rules by the same pieces:
+``RouterBase`` (the per-call decisions, ``OwnerSearch``) and ``ShardedBase``; each side writes
+only its waiting and the cluster client's I/O.
 """
 
 from __future__ import annotations
@@ -44,56 +48,135 @@ from redis.exceptions import (
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.process import PerProcess
 from .channels import channel_name
 from .clients import connection_pool_of
 from .cluster_pubsub import pubsub_of
 from .listener import ACK_TIMEOUT, Notifier, Subscription
+from .notifier_base import Ack, SubscriptionBase
 from .reconnect import Backoff, FailureLog
 from .redis_internals import node_connection_kwargs, pool_of_node
 
 logger = logging.getLogger(__name__)
 
+#: What refreshing a cluster client's slots may raise (RedisClusterException: no node answered);
+#: the next attempt finds out again.
+TOPOLOGY_ERRORS = (RedisError, RedisClusterException, OSError)
 
-class ShardedSubscription(Subscription):
+
+class OwnerSearch:
+    """One ``subscribe_on_owner`` call: its time, its back-off, and what each failure means.
+
+    Pure decisions, shared by the sync router and its asyncio twin; the caller pauses and
+    talks to the cluster client.
+    """
+
+    #: The errors after which the subscribe is tried again on the slot's (new) owner.
+    RETRIED = (MovedError, AskError, TryAgainError, RedisConnectionError)
+
+    def __init__(self, name: bytes, timeout: float | None, failures: FailureLog) -> None:
+        self.ack = Ack(name, timeout, "SSUBSCRIBE")
+        self._backoff = Backoff()  # this call's attempts; a -MOVED followed at once costs no pause
+        self._failures = failures
+
+    def left(self) -> float:
+        """The time the next attempt on a node's notifier may take."""
+        return max(self.ack.deadline - time.monotonic(), 0.001)
+
+    def failed(self, error: RedisError) -> tuple[float, bool]:
+        """Return (the pause before the next attempt, whether to learn the cluster's slots
+        again after it) for an attempt that failed with one of ``RETRIED``.
+
+        Logged at a bounded rate, unless it is the call's first re-route (a ``-MOVED`` or
+        ``-ASK`` followed at once). An unreachable owner raises ``error`` when the pause would
+        outlast the caller's time; after the pause, the owner may be gone (a failover), so the
+        slots are learnt again.
+        """
+        rerouted = isinstance(error, (MovedError, AskError)) and self._backoff.failures == 0
+        if not rerouted:
+            self._failures.failed(error)
+        pause = self._backoff.next_delay()
+        unreachable = isinstance(error, RedisConnectionError)
+        if unreachable and time.monotonic() + pause >= self.ack.deadline:
+            raise error
+        return max(min(pause, self.ack.deadline - time.monotonic()), 0), unreachable
+
+
+class RouterBase:
+    """What the sync router (``ShardedNotifiers``) and its asyncio twin share: the cluster
+    client they route for, their failure log, and their decisions."""
+
+    def __init__(self, cluster: Any, log: logging.Logger) -> None:
+        self._cluster = weakref.ref(cluster)
+        self._log = log
+        # One log for every subscribe of this client: a failing node costs a line per
+        # LOG_EVERY seconds, not one per waiter.
+        self._failures = FailureLog(log, "subscribing on a cluster node")
+
+    def _cluster_client(self) -> Any:
+        cluster = self._cluster()
+        if cluster is None:
+            raise RuntimeError("the cluster client of this notifier was garbage-collected")
+        return cluster
+
+    def _search(self, name: bytes, timeout: float | None) -> OwnerSearch:
+        return OwnerSearch(name, timeout, self._failures)
+
+    def _moved(self, name: bytes, error: MovedError) -> None:
+        self._log.debug("SSUBSCRIBE %r moved to %s:%s", name, error.host, error.port)
+
+    def _relearn_failed(self, error: BaseException) -> None:
+        self._log.debug("refreshing the cluster's slots failed: %s", error)
+
+    def _unheard(
+        self, channel: bytes, error: RedisError, timeout: float | None, started: float
+    ) -> float:
+        """Return how long a waiter whose channel found no new owner waits: the rest of its
+        time, as an unheard wake-up would (nothing to listen to); the failure is logged."""
+        self._log.warning(
+            "stampede: subscribing again to %r after its slot moved failed: %s", channel, error
+        )
+        left = None if timeout is None else max(timeout - (time.monotonic() - started), 0)
+        return ACK_TIMEOUT if left is None else left
+
+
+class ShardedBase(SubscriptionBase):
     """A waiter's interest in one sharded channel, on whichever node owns its slot.
 
     Wraps the subscription made on the owning node's notifier; when that node drops the
-    channel, the next ``wait`` subscribes again where the slot lives now.
+    channel, the next ``wait`` subscribes again where the slot lives now (``_move`` in the
+    subclass) and returns True, so that the caller re-checks Redis: a release may have been
+    published while nobody listened there.
     """
 
     __slots__ = ("_inner", "_router")
 
-    def __init__(self, router: ShardedNotifiers, inner: Subscription) -> None:
+    def __init__(self, router: Any, inner: Any) -> None:
         super().__init__(inner._notifier, inner.channel)
         self._router = router
         self._inner = inner
 
+
+class ShardedSubscription(ShardedBase, Subscription):
+    """``ShardedBase`` waited on in a thread."""
+
+    __slots__ = ()
+
     def wait(self, timeout: float | None) -> bool:
         if self._inner.revoked:
             return self._move(timeout)
-        woken = self._inner.wait(timeout)
+        woken: bool = self._inner.wait(timeout)
         self.message = self._inner.message
         return woken
 
     def _move(self, timeout: float | None) -> bool:
-        """Subscribe on the slot's new owner; return True, so that the caller re-checks Redis
-        (a release may have been published while nobody listened there)."""
         self._inner.close()
         started = time.monotonic()
         try:
             self._inner = self._router.subscribe_on_owner(self.channel, timeout)
         except RedisError as exc:
-            logger.warning(
-                "stampede: subscribing again to %r after its slot moved failed: %s",
-                self.channel,
-                exc,
-            )
-            # Nothing to listen to: wait out the caller's time, as an unheard wake-up would.
-            left = None if timeout is None else max(timeout - (time.monotonic() - started), 0)
-            time.sleep(ACK_TIMEOUT if left is None else left)
+            time.sleep(self._router._unheard(self.channel, exc, timeout, started))
             return False
         self.message = None
         return True
@@ -102,17 +185,14 @@ class ShardedSubscription(Subscription):
         self._inner.close()
 
 
-class ShardedNotifiers:
+class ShardedNotifiers(RouterBase):
     """The sharded listeners of one cluster client in one process: one per node, by name."""
 
     def __init__(self, cluster: Any) -> None:
-        self._cluster = weakref.ref(cluster)
+        super().__init__(cluster, logger)
         self._notifiers: dict[str, Notifier] = {}
         self._lock = threading.Lock()
         self._pid = os.getpid()
-        # One log for every subscribe of this client: a failing node costs a line per
-        # LOG_EVERY seconds, not one per waiter.
-        self._failures = FailureLog(logger, "subscribing on a cluster node")
 
     def subscribe(self, channel: str | bytes, timeout: float | None = ACK_TIMEOUT) -> Subscription:
         """Return a confirmed sharded subscription to ``channel`` on the node of its slot.
@@ -125,47 +205,25 @@ class ShardedNotifiers:
     def subscribe_on_owner(self, name: bytes, timeout: float | None) -> Subscription:
         """Return a confirmed subscription to ``name`` made on its slot's owner, following
         ``-MOVED`` replies (and waiting out ``-ASK``/``-TRYAGAIN``) within ``timeout``."""
-        timeout = ACK_TIMEOUT if timeout is None else timeout
-        deadline = time.monotonic() + timeout
-        backoff = Backoff()  # this call's attempts; a -MOVED followed at once costs no pause
+        search = self._search(name, timeout)
         while True:
             cluster = self._cluster_client()
             node = cluster.get_node_from_key(name)
             try:
-                return self._notifier_of(node).subscribe(
-                    name, timeout=max(deadline - time.monotonic(), 0.001)
-                )
-            except MovedError as exc:
-                logger.debug("SSUBSCRIBE %r moved to %s:%s", name, exc.host, exc.port)
-                cluster.nodes_manager.move_slot(exc)
+                return self._notifier_of(node).subscribe(name, timeout=search.left())
+            except OwnerSearch.RETRIED as exc:
                 error: RedisError = exc
-            except (AskError, TryAgainError) as exc:
-                error = exc  # the slot is being moved: ask again shortly
-            except RedisConnectionError as exc:
-                error = exc
-            pause = self._failed(error, backoff)
-            if isinstance(error, RedisConnectionError) and time.monotonic() + pause >= deadline:
-                raise error
-            time.sleep(max(min(pause, deadline - time.monotonic()), 0))
-            if isinstance(error, RedisConnectionError):
-                # The owner may be gone (a failover): learn the topology again.
-                _refresh_topology(cluster)
-            if time.monotonic() >= deadline:
-                raise RedisTimeoutError(f"Redis did not confirm SSUBSCRIBE {name!r} in {timeout}s")
-
-    def _failed(self, error: RedisError, backoff: Backoff) -> float:
-        """Return the pause before the next attempt of a subscribe that failed with
-        ``error``; log it (rate-limited) unless it is the first re-route of the call."""
-        rerouted = isinstance(error, (MovedError, AskError)) and backoff.failures == 0
-        if not rerouted:
-            self._failures.failed(error)
-        return backoff.next_delay()
-
-    def _cluster_client(self) -> Any:
-        cluster = self._cluster()
-        if cluster is None:
-            raise RuntimeError("the cluster client of this notifier was garbage-collected")
-        return cluster
+                if isinstance(exc, MovedError):
+                    self._moved(name, exc)
+                    cluster.nodes_manager.move_slot(exc)
+            pause, relearn = search.failed(error)
+            time.sleep(pause)
+            if relearn:
+                try:
+                    cluster.nodes_manager.initialize()
+                except TOPOLOGY_ERRORS as exc:
+                    self._relearn_failed(exc)
+            search.ack.next_try()
 
     def _notifier_of(self, node: Any) -> Notifier:
         notifier = self._notifiers.get(node.name)
@@ -189,14 +247,6 @@ class ShardedNotifiers:
             notifiers, self._notifiers = list(self._notifiers.values()), {}
         for notifier in notifiers:
             notifier.close()
-
-
-def _refresh_topology(cluster: Any) -> None:
-    try:
-        cluster.nodes_manager.initialize()
-    except (RedisError, RedisClusterException, OSError) as exc:
-        # RedisClusterException: no node answered; the next attempt finds out again.
-        logger.debug("refreshing the cluster's slots failed: %s", exc)
 
 
 def _pool_of_node(node: Any, cluster: Any) -> Any:
