@@ -120,12 +120,14 @@ def resume(pid: int) -> None:
 
 
 @MODES
-@pytest.mark.fault("SIGSTOP of the holder past LOCK_TTL=0.5 s; resumed while a second holder loads")
+@pytest.mark.fault("SIGSTOP of the holder past LOCK_TTL=2 s; resumed while a second holder loads")
 def test_a_resumed_holders_late_commit_writes_nothing_and_keeps_the_second_holders_lock(
     mode, redis, redis_url, parent_cache, figure
 ):
     """Late commit refused: nothing written; the second holder's lock keeps its token and TTL."""
-    options = {"LOCK_TTL": 0.5, "WAIT_TIMEOUT": 10}
+    # The second holder's lock lives on its renewals (every 2/3 s): a TTL a loaded machine's
+    # stall cannot outlast, or the lock this test watches would expire by itself.
+    options = {"LOCK_TTL": 2, "WAIT_TIMEOUT": 10}
     setting = workers.caches_config(redis_url, **options)
     cache = parent_cache(**options)
     first_loader = held_loader(redis_url, value="first")
@@ -157,7 +159,7 @@ def test_a_resumed_holders_late_commit_writes_nothing_and_keeps_the_second_holde
     assert late.outcome == ("value", "first")  # its caller still gets what it loaded
     assert written == 0  # the late write was refused
     assert lock_after == second_token  # the late commit released nothing
-    assert 0 < pttl_after <= 500
+    assert 0 < pttl_after <= 2000
     assert newer.outcome == ("value", "second")
     assert cache.get(KEY) == "second"  # the second commit found its own lock intact
     assert calls(redis) == 2
