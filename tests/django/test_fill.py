@@ -182,7 +182,9 @@ def test_a_loader_error_reaches_every_caller_of_the_stampede_after_one_call(redi
 def test_a_holder_paused_past_its_lock_ttl_does_not_overwrite_the_next_holders_value(
     make_cache, redis, redis_url
 ):
-    options = {"LOCK_TTL": 0.5, "WAIT_TIMEOUT": 10}
+    # 2 s: the second holder's fill must find its own lock still there when it commits,
+    # however long a loaded machine stalls it; the paused first holder's expires meanwhile.
+    options = {"LOCK_TTL": 2, "WAIT_TIMEOUT": 10}
     cache = make_cache(**options)
     setting = workers.caches_config(redis_url, **options)
     started, proceed, results = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
