@@ -56,6 +56,11 @@ SUBSTITUTIONS: tuple[tuple[str, str], ...] = (
     (r"redis\.asyncio\.", "redis."),
     (r"``redis\.asyncio``", "``redis``"),
     (r"from \.notify import", "from ..io.notify import"),
+    (r"from \.mutex import", "from ..lock.mutex import"),
+    # A Django cache's asyncio methods and their sync twins.
+    (r"aget_many", "get_many"),
+    (r"aset_many", "set_many"),
+    (r"adelete_many", "delete_many"),
     (r"<aio\.", "<"),  # reprs
 )
 
@@ -74,6 +79,7 @@ PAIRS: tuple[Pair, ...] = (
     Pair("stampede/aio/store.py", "stampede/fill/store.py"),
     Pair("stampede/aio/filler.py", "stampede/fill/filler.py"),
     Pair("stampede/aio/driver.py", "stampede/fill/driver.py"),
+    Pair("stampede/aio/backend_store.py", "stampede/fill/backend_store.py"),
 )
 
 

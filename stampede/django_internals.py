@@ -27,25 +27,18 @@ from __future__ import annotations
 import os
 import pickle
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from django.middleware.cache import UpdateCacheMiddleware
-from redis.exceptions import RedisError
 
+from .aio.backend_store import BackendStore as AsyncBackendStore
 from .aio.loops import loop_state
-from .aio.mutex import Mutex as AsyncMutex
 from .aio.store import RedisStore as AsyncRedisStore
-from .aio.store import WakeUps as AsyncWakeUps
-from .core import meta
-from .core.envelope import MISSING
-from .core.flight import LockAttempt
-from .core.keys import CacheKey, lock_key, meta_key
-from .fill import calls
+from .fill.backend_store import BackendStore
 from .fill.fenced import FencedStore
-from .fill.store import RedisStore, WakeUps, logger
-from .io import clients, scripts
-from .lock.mutex import Mutex
+from .fill.store import RedisStore
+from .io import clients
 
 _REDIS_BACKENDS = {"django.core.cache.backends.redis.RedisCache", "django_redis.cache.RedisCache"}
 
@@ -152,221 +145,6 @@ def _django_redis_store(backend: Any) -> RedisStore | None:
     # decode apply the configured serializer and compressor.
     client = backend.client.get_client(write=True)
     return RedisStore(client, dumps=backend.client.encode, loads=backend.client.decode)
-
-
-# -- records in any Django cache, locks in Redis ------------------------------------------------
-#
-# The meta of a value lives in the same backend, under the Django key ``meta_key(key)``: a hit
-# stays one call (``get_many`` of both), the pair is written by one ``set_many`` with one
-# timeout, and it is evicted by the same cache. In the lock's Redis instead, a hit would cost a
-# second round trip to another server, and a value evicted by memcached would leave its meta.
-
-
-def _meta_name(key: CacheKey) -> Any:
-    return meta_key(key.key)
-
-
-def _split(key: CacheKey, found: dict[Any, Any]) -> Any:
-    return meta.decode_object(found.get(key.key, MISSING), found.get(_meta_name(key)))
-
-
-def _writes(key: CacheKey, record: Any) -> tuple[dict[Any, Any], list[Any]]:
-    """Return (what to set, what to delete) in the backend to store ``record`` at ``key``."""
-    value, meta_bytes = meta.encode_object(record)
-    named = {key.key: value, _meta_name(key): meta_bytes}
-    return (
-        {name: part for name, part in named.items() if part is not MISSING and part is not None},
-        [name for name, part in named.items() if part is MISSING or part is None],
-    )
-
-
-def _by_version(keys: Sequence[CacheKey]) -> dict[Any, list[Any]]:
-    grouped: dict[Any, list[Any]] = {}
-    for key in keys:
-        grouped.setdefault(key.version, []).append(_meta_name(key))
-    return grouped
-
-
-class BackendStore:
-    """Records in the Django cache ``backend``; locks and wake-ups in ``lock_client``'s Redis."""
-
-    def __init__(self, backend: Any, lock_client: Any) -> None:
-        self.backend = backend
-        self.client = lock_client
-
-    def __repr__(self) -> str:
-        return f"<BackendStore {type(self.backend).__name__} locks={self.client!r}>"
-
-    def read(self, key: CacheKey) -> Any:
-        found = self.backend.get_many([key.key, _meta_name(key)], version=key.version)
-        return _split(key, found)
-
-    def write(self, key: CacheKey, record: Any, ttl: float | None) -> None:
-        """Store ``record``: the value through the backend's own ``set``, its meta beside it."""
-        stored, gone = _writes(key, record)
-        if gone:
-            self.backend.delete_many(gone, version=key.version)
-        self.backend.set_many(stored, timeout=ttl, version=key.version)
-
-    def lock(self, key: CacheKey, ttl: float) -> BackendFillLock:
-        return BackendFillLock(self, key, ttl)
-
-    def invalidate(self, keys: Sequence[CacheKey]) -> None:
-        self.drop_meta(keys)
-        scripts.run_many(self.client, scripts.INVALIDATE, [calls.invalidate(key) for key in keys])
-
-    def drop_meta(self, keys: Sequence[CacheKey]) -> None:
-        """Delete the fills' meta of ``keys`` (see ``RedisStore.drop_meta``)."""
-        for version, names in _by_version(keys).items():
-            self.backend.delete_many(names, version=version)
-
-
-class _FillMutex(Mutex):
-    """A fill's lock: its loss is reported once, by the fill protocol's ``lock_lost`` note.
-
-    A plain ``Mutex`` reports a loss itself (its renewal or release found the lock taken),
-    which for a fill would count every loss twice.
-    """
-
-    def _report_lost(self) -> None:
-        self.lost = True
-
-
-class _AsyncFillMutex(AsyncMutex):
-    """Async twin of :class:`_FillMutex`."""
-
-    def _report_lost(self) -> None:
-        self.lost = True
-
-
-class BackendFillLock:
-    """One flight's lock for a ``BackendStore``: a ``Mutex`` in Redis, records in the backend.
-
-    The record is not in Redis, so nothing is fused: the winner reads the backend after
-    winning, and the ownership check runs immediately before the backend's ``set`` (a holder
-    that lost its lock while loading does not write).
-    """
-
-    def __init__(self, store: BackendStore, key: CacheKey, ttl: float) -> None:
-        self._store = store
-        self._key = key
-        # No fencing token: the ownership check guards the write.
-        self._mutex = _FillMutex(store.client, key.full, ttl, auto_renew=True, fencing=False)
-        self._wakeups = WakeUps(store.client, key, pickle.loads)
-
-    def attempt(self) -> LockAttempt:
-        won, holder_ttl = self._mutex.attempt()
-        if not won:
-            return LockAttempt(False, holder_ttl)
-        return LockAttempt(True, record=self._store.read(self._key))
-
-    def peek(self) -> float | None:
-        return calls.holder_ttl_of_pttl(self._store.client.pttl(lock_key(self._key.full)))
-
-    def subscribe(self, timeout: float | None = None) -> None:
-        self._wakeups.subscribe(timeout)
-
-    def wait(self, seconds: float) -> Any:
-        return self._wakeups.wait(seconds)
-
-    def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
-        if self._mutex.token is None:
-            return False
-        if record is not MISSING:
-            if not self._mutex.owned():
-                self._mutex.release(message=outcome)
-                return False
-            self._store.write(self._key, record, ttl)
-        return self._mutex.release(message=outcome)
-
-    def close(self) -> None:
-        self._wakeups.close()
-        if self._mutex.token is None:
-            return
-        try:
-            self._mutex.release()
-        except RedisError as exc:
-            logger.warning(
-                "stampede: releasing %r failed (%s); it expires by its TTL", self._key.full, exc
-            )
-
-
-class AsyncBackendStore:
-    """Async twin of :class:`BackendStore` (the backend's ``a*`` methods, ``redis.asyncio``)."""
-
-    def __init__(self, backend: Any, lock_client: Any) -> None:
-        self.backend = backend
-        self.client = lock_client
-
-    async def read(self, key: CacheKey) -> Any:
-        found = await self.backend.aget_many([key.key, _meta_name(key)], version=key.version)
-        return _split(key, found)
-
-    async def write(self, key: CacheKey, record: Any, ttl: float | None) -> None:
-        """Async twin of :meth:`BackendStore.write`."""
-        stored, gone = _writes(key, record)
-        if gone:
-            await self.backend.adelete_many(gone, version=key.version)
-        await self.backend.aset_many(stored, timeout=ttl, version=key.version)
-
-    def lock(self, key: CacheKey, ttl: float) -> AsyncBackendFillLock:
-        return AsyncBackendFillLock(self, key, ttl)
-
-    async def invalidate(self, keys: Sequence[CacheKey]) -> None:
-        await self.drop_meta(keys)
-        batch = [calls.invalidate(key) for key in keys]
-        await scripts.arun_many(self.client, scripts.INVALIDATE, batch)
-
-    async def drop_meta(self, keys: Sequence[CacheKey]) -> None:
-        """Async twin of :meth:`BackendStore.drop_meta`."""
-        for version, names in _by_version(keys).items():
-            await self.backend.adelete_many(names, version=version)
-
-
-class AsyncBackendFillLock:
-    """Async twin of :class:`BackendFillLock`."""
-
-    def __init__(self, store: AsyncBackendStore, key: CacheKey, ttl: float) -> None:
-        self._store = store
-        self._key = key
-        self._mutex = _AsyncFillMutex(store.client, key.full, ttl, auto_renew=True, fencing=False)
-        self._wakeups = AsyncWakeUps(store.client, key, pickle.loads)
-
-    async def attempt(self) -> LockAttempt:
-        won, holder_ttl = await self._mutex.attempt()
-        if not won:
-            return LockAttempt(False, holder_ttl)
-        return LockAttempt(True, record=await self._store.read(self._key))
-
-    async def peek(self) -> float | None:
-        return calls.holder_ttl_of_pttl(await self._store.client.pttl(lock_key(self._key.full)))
-
-    async def subscribe(self, timeout: float | None = None) -> None:
-        await self._wakeups.subscribe(timeout)
-
-    async def wait(self, seconds: float) -> Any:
-        return await self._wakeups.wait(seconds)
-
-    async def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
-        if self._mutex.token is None:
-            return False
-        if record is not MISSING:
-            if not await self._mutex.owned():
-                await self._mutex.release(message=outcome)
-                return False
-            await self._store.write(self._key, record, ttl)
-        return await self._mutex.release(message=outcome)
-
-    async def close(self) -> None:
-        await self._wakeups.close()
-        if self._mutex.token is None:
-            return
-        try:
-            await self._mutex.release()
-        except RedisError as exc:
-            logger.warning(
-                "stampede: releasing %r failed (%s); it expires by its TTL", self._key.full, exc
-            )
 
 
 # -- the Celery guard's lock client ---------------------------------------------------------------

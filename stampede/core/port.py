@@ -1,8 +1,8 @@
 """The store port: what the fill protocol's drivers need from wherever records and locks live.
 
 Rule: typing only. A store is any object with these methods; ``RedisStore`` (records, locks
-and wake-ups in one Redis) and the Django adapter's ``BackendStore`` (records in any Django
-cache, locks in a Redis) are the two shipped. The asyncio twins have the same shape with
+and wake-ups in one Redis) and ``BackendStore`` (records in any other Django cache, locks in a
+Redis) are the two shipped. The asyncio twins have the same shape with
 ``async`` methods.
 
 A store hands out one ``FillLock`` per flight: the flight's hold on its key's lock, its

@@ -10,7 +10,6 @@ import inspect
 
 import pytest
 
-from stampede import django_internals
 from stampede.aio import driver as aio_driver
 from stampede.aio import local as aio_local
 from stampede.aio import notify as aio_notify
@@ -21,8 +20,6 @@ TWINS = [
     (notify.Notifier, aio_notify.Notifier),
     (notify.Subscription, aio_notify.Subscription),
     (local.FlightGroup, aio_local.FlightGroup),
-    (django_internals.BackendStore, django_internals.AsyncBackendStore),
-    (django_internals.BackendFillLock, django_internals.AsyncBackendFillLock),
 ]
 FUNCTION_TWINS = [
     (notify.notifier_for, aio_notify.notifier_for),
