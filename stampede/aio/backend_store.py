@@ -21,12 +21,12 @@ from redis.exceptions import RedisError
 
 from ..core.envelope import MISSING
 from ..core.flight import LockAttempt
-from ..core.keys import CacheKey, lock_key
+from ..core.keys import CacheKey
 from ..fill import backend_layout as layout
 from ..fill import calls
 from ..io import scripts
 from .mutex import Mutex
-from .store import WakeUps
+from .store import WaitingLock, WakeUps
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class FillMutex(Mutex):
         self.lost = True
 
 
-class BackendFillLock:
+class BackendFillLock(WaitingLock):
     """One flight's lock for a ``BackendStore``: a ``Mutex`` in Redis, records in the backend."""
 
     def __init__(self, store: BackendStore, key: CacheKey, ttl: float) -> None:
@@ -92,15 +92,6 @@ class BackendFillLock:
         if not won:
             return LockAttempt(False, holder_ttl)
         return LockAttempt(True, record=await self._store.read(self._key))
-
-    async def peek(self) -> float | None:
-        return calls.holder_ttl_of_pttl(await self._store.client.pttl(lock_key(self._key.full)))
-
-    async def subscribe(self, timeout: float | None = None) -> None:
-        await self._wakeups.subscribe(timeout)
-
-    async def wait(self, seconds: float) -> Any:
-        return await self._wakeups.wait(seconds)
 
     async def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
         if self._mutex.token is None:

@@ -144,7 +144,28 @@ class WakeUps:
             self._subscription = None
 
 
-class RedisFillLock:
+class WaitingLock:
+    """What a store's fill locks do alike while their flight waits for another holder: read
+    how long that holder has left (the key's lock PTTL), subscribe to the key's wake-ups and
+    wait for one. A subclass sets ``_store``, ``_key`` and ``_wakeups``."""
+
+    __slots__ = ()
+
+    _store: Any
+    _key: CacheKey
+    _wakeups: WakeUps
+
+    async def peek(self) -> float | None:
+        return calls.holder_ttl_of_pttl(await self._store.client.pttl(lock_key(self._key.full)))
+
+    async def subscribe(self, timeout: float | None = None) -> None:
+        await self._wakeups.subscribe(timeout)
+
+    async def wait(self, seconds: float) -> WakeUp:
+        return await self._wakeups.wait(seconds)
+
+
+class RedisFillLock(WaitingLock):
     """One flight's lock on one key in a ``RedisStore`` (see ``stampede.core.port.FillLock``).
 
     While held, it is extended every ``ttl / 3`` (``concurrency.schedule_renewal``), so a slow
@@ -173,15 +194,6 @@ class RedisFillLock:
             return lost
         self._renewal = schedule_renewal(self._renew, self._ttl / 3)
         return calls.won_attempt(reply, self._store.loads)
-
-    async def peek(self) -> float | None:
-        return calls.holder_ttl_of_pttl(await self._store.client.pttl(lock_key(self._key.full)))
-
-    async def subscribe(self, timeout: float | None = None) -> None:
-        await self._wakeups.subscribe(timeout)
-
-    async def wait(self, seconds: float) -> WakeUp:
-        return await self._wakeups.wait(seconds)
 
     async def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
         token = self._token

@@ -23,12 +23,12 @@ from redis.exceptions import RedisError
 
 from ..core.envelope import MISSING
 from ..core.flight import LockAttempt
-from ..core.keys import CacheKey, lock_key
+from ..core.keys import CacheKey
 from ..io import scripts
 from ..lock.mutex import Mutex
 from . import backend_layout as layout
 from . import calls
-from .store import WakeUps
+from .store import WaitingLock, WakeUps
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class FillMutex(Mutex):
         self.lost = True
 
 
-class BackendFillLock:
+class BackendFillLock(WaitingLock):
     """One flight's lock for a ``BackendStore``: a ``Mutex`` in Redis, records in the backend."""
 
     def __init__(self, store: BackendStore, key: CacheKey, ttl: float) -> None:
@@ -94,15 +94,6 @@ class BackendFillLock:
         if not won:
             return LockAttempt(False, holder_ttl)
         return LockAttempt(True, record=self._store.read(self._key))
-
-    def peek(self) -> float | None:
-        return calls.holder_ttl_of_pttl(self._store.client.pttl(lock_key(self._key.full)))
-
-    def subscribe(self, timeout: float | None = None) -> None:
-        self._wakeups.subscribe(timeout)
-
-    def wait(self, seconds: float) -> Any:
-        return self._wakeups.wait(seconds)
 
     def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
         if self._mutex.token is None:

@@ -27,13 +27,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from ..core import meta
-from ..core.envelope import MISSING, WakeUp, travels_with_wakeup
+from ..core.envelope import MISSING, travels_with_wakeup
 from ..core.flight import LockAttempt
 from ..core.keys import CacheKey, done_channel, epoch_key, meta_key, written_key
 from ..core.options import to_ms
 from ..core.wakeup import FILLED_WITH_RECORD, INVALIDATED, RELEASED
 from ..io import scripts
-from .store import RedisStore, WakeUps
+from .store import RedisStore, WaitingLock, WakeUps
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class FencedStore(RedisStore):
         scripts.run_many(self.client, scripts.FENCED_VOID, calls)
 
 
-class FencedFillLock:
+class FencedFillLock(WaitingLock):
     """One flight's hold on an outside lock, its wake-ups and its fenced commit."""
 
     __slots__ = ("_epoch", "_key", "_mutex", "_store", "_ttl", "_wakeups")
@@ -131,12 +131,6 @@ class FencedFillLock:
         if self._mutex is None:
             return None
         return self._ttl if self._outside(self._mutex.locked) else None
-
-    def subscribe(self, timeout: float | None = None) -> None:
-        self._wakeups.subscribe(timeout)
-
-    def wait(self, seconds: float) -> WakeUp:
-        return self._wakeups.wait(seconds)
 
     def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
         if self._mutex is None:

@@ -132,7 +132,28 @@ class WakeUps:
             self._subscription = None
 
 
-class RedisFillLock:
+class WaitingLock:
+    """What a store's fill locks do alike while their flight waits for another holder: read
+    how long that holder has left (the key's lock PTTL), subscribe to the key's wake-ups and
+    wait for one. A subclass sets ``_store``, ``_key`` and ``_wakeups``."""
+
+    __slots__ = ()
+
+    _store: Any
+    _key: CacheKey
+    _wakeups: WakeUps
+
+    def peek(self) -> float | None:
+        return calls.holder_ttl_of_pttl(self._store.client.pttl(lock_key(self._key.full)))
+
+    def subscribe(self, timeout: float | None = None) -> None:
+        self._wakeups.subscribe(timeout)
+
+    def wait(self, seconds: float) -> WakeUp:
+        return self._wakeups.wait(seconds)
+
+
+class RedisFillLock(WaitingLock):
     """One flight's lock on one key in a ``RedisStore`` (see ``stampede.core.port.FillLock``).
 
     While held, it is extended every ``ttl / 3`` (``concurrency.schedule_renewal``), so a slow
@@ -161,15 +182,6 @@ class RedisFillLock:
             return lost
         self._renewal = schedule_renewal(self._renew, self._ttl / 3)
         return calls.won_attempt(reply, self._store.loads)
-
-    def peek(self) -> float | None:
-        return calls.holder_ttl_of_pttl(self._store.client.pttl(lock_key(self._key.full)))
-
-    def subscribe(self, timeout: float | None = None) -> None:
-        self._wakeups.subscribe(timeout)
-
-    def wait(self, seconds: float) -> WakeUp:
-        return self._wakeups.wait(seconds)
 
     def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
         token = self._token
