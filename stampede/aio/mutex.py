@@ -89,8 +89,8 @@ class LockHolder(AsyncHoldContext, MutexBase):
             self._report_lost()
         return released
 
-    async def _renew(self) -> bool:
-        """Renewal (every ``ttl / 3``): return False to stop it."""
+    async def _renew(self) -> bool | float:
+        """Renewal (every ``ttl / 3``): return False to stop it, or seconds to try sooner."""
         raise NotImplementedError
 
     async def _run_extend(self, token: str, ttl: float) -> bool:

@@ -31,6 +31,7 @@ from redis.exceptions import RedisError
 
 from ..core import options as conf
 from ..io import scripts
+from ..io.reconnect import Backoff
 from ..lock import rules
 from .concurrency import ask_each, local_turn, sleep
 from .concurrency import quick_client as _quick_client
@@ -51,7 +52,8 @@ class Redlock(LockHolder, rules.RedlockBase):
 
     The interface is :class:`stampede.Mutex`'s: one object per would-be holder, not
     reentrant, ``async with redlock:`` raising :class:`LockTimeout`, ``fencing_token``,
-    ``auto_renew`` (a majority extended every ``ttl / 3``; ``on_lost`` when it cannot be).
+    ``auto_renew`` (a majority extended every ``ttl / 3``, and a round that too few servers
+    answered in time tried again while the hold is valid; ``on_lost`` once it cannot be).
 
     Guarantees:
         * Mutual exclusion while the servers keep their data and clocks: a hold needs a
@@ -90,7 +92,8 @@ class Redlock(LockHolder, rules.RedlockBase):
         ttl: seconds the lock lives unless extended; a crashed holder blocks others this long.
         auto_renew: extend the lock on a majority every ``ttl / 3`` while held.
         timeout: how long ``with redlock:`` waits before raising ``LockTimeout``.
-        on_lost: called with this lock when a renewal cannot extend a majority.
+        on_lost: called with this lock when a renewal cannot extend a majority (a majority
+            refused, or none answered before the validity ran out).
         fencing: issue a fencing token (two rounds per acquire); False saves the second.
         retry_delay: (min, max) seconds of the random pause after a split or short vote.
         server_timeout: seconds each server gets to answer each command; default 50 ms, or a
@@ -98,6 +101,8 @@ class Redlock(LockHolder, rules.RedlockBase):
     """
 
     _quick_client = staticmethod(_quick_client)
+    #: The pauses between the renewal's rounds while too few servers answer; None meanwhile.
+    _renew_backoff: Backoff | None = None
 
     # -- acquire ----------------------------------------------------------------------------
 
@@ -221,31 +226,73 @@ class Redlock(LockHolder, rules.RedlockBase):
 
     def _hold_won(self, token: str, vote: rules.Vote) -> None:
         self._valid_until = vote.valid_until
+        self._renew_backoff = None
         self._hold(token, vote.fence)
 
     # -- while held -------------------------------------------------------------------------
 
     async def _run_extend(self, token: str, ttl: float) -> bool:
+        extended, _ = await self._extend_round(token, ttl)
+        return extended
+
+    async def _extend_round(self, token: str, ttl: float) -> tuple[bool, int]:
+        """Extend our token to ``ttl`` on every server; return (True if a majority did so
+        in time, how many servers refused: they no longer hold our token)."""
         started = time.monotonic()
         args = (token, conf.to_ms(ttl))
         replies = await self._ask(
             lambda server: scripts.arun(server, scripts.COMPARE_PEXPIRE, (self._lock_key,), args)
         )
         valid_for = rules.validity(ttl, time.monotonic() - started)
+        refused = sum(1 for reply in replies if reply == 0)
         if sum(1 for reply in replies if reply == 1) < self.quorum or valid_for <= 0:
-            return False
+            return False, refused
         self._valid_until = started + valid_for
-        return True
+        return True, refused
 
-    async def _renew(self) -> bool:
-        """Renewal: extend while held; stop at release or when a majority is gone."""
+    async def _renew(self) -> bool | float:
+        """Renewal: extend a majority while held; stop at release, or once the hold cannot be
+        renewed within its validity.
+
+        A round that too few servers answered in time (slow, paused, restarting: each gets
+        only ``server_timeout``) is tried again after a back-off while the hold is still valid
+        by our clock; the lock is lost when a majority refuses, or when the validity ends.
+        """
         with self._state:
             if self._token is None:
                 return False
-            extended = await self._run_extend(self._token, self.ttl)
-        if not extended:
-            self._report_lost()
-        return extended
+            extended, refused = await self._extend_round(self._token, self.ttl)
+            retry_in = None if extended else self._renewal_retry_in(refused)
+        if extended:
+            self._renew_backoff = None
+            return True
+        if retry_in is not None:
+            return retry_in
+        self._report_lost()
+        return False
+
+    def _renewal_retry_in(self, refused: int) -> float | None:
+        """Return the seconds before the renewal tries again after a failed round, or None."""
+        if len(self.clients) - refused < self.quorum:
+            return None  # a majority no longer holds our token: no later round wins it back
+        backoff = self._renew_backoff
+        if backoff is None:
+            backoff = self._renew_backoff = Backoff(cap=self.ttl / 3)
+        first = backoff.failures == 0
+        # Threads ask the servers in turn: a round may take a server timeout per server.
+        round_time = self.server_timeout * len(self.clients)
+        valid_for = self.validity
+        retry_in = rules.renewal_retry_in(valid_for, backoff.next_delay(), round_time)
+        if retry_in is not None:
+            log = logger.warning if first else logger.debug
+            log(
+                "stampede: renewing Redlock %r reached too few servers in time; trying again"
+                " in %.3f s (valid for %.3f s more)",
+                self.name,
+                retry_in,
+                valid_for,
+            )
+        return retry_in
 
     async def locked(self) -> bool:
         """Return True if a majority of the servers hold a lock on the name (anyone's)."""

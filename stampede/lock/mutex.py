@@ -91,8 +91,8 @@ class LockHolder(HoldContext, MutexBase):
             self._report_lost()
         return released
 
-    def _renew(self) -> bool:
-        """Renewal (every ``ttl / 3``): return False to stop it."""
+    def _renew(self) -> bool | float:
+        """Renewal (every ``ttl / 3``): return False to stop it, or seconds to try sooner."""
         raise NotImplementedError
 
     def _run_extend(self, token: str, ttl: float) -> bool:

@@ -377,6 +377,20 @@ def announce_lost(holder: Any) -> None:
             logger.exception("stampede: on_lost callback of lock %r raised", holder.name)
 
 
+def renewal_retry_in(valid_for: float | None, pause: float, round_time: float) -> float | None:
+    """Return the seconds before a Redlock's renewal tries again after a round that too few
+    servers answered in time, or None: give up, the hold cannot be renewed within its validity.
+
+    The hold stays valid ``valid_for`` more seconds by our clock (None: not held), so a round
+    the servers did not answer (slow, paused, restarting) is tried again while another round,
+    which may take ``round_time``, still ends within it; the back-off's ``pause`` is cut short
+    to leave that time. A round that a majority refused is not retried: the caller knows.
+    """
+    if valid_for is None or valid_for <= round_time:
+        return None
+    return min(pause, valid_for - round_time)
+
+
 def redlock_park(
     vote: Vote, needed: int, left: float | None, pause: float, subscribed: bool
 ) -> tuple[float, bool]:
