@@ -7,6 +7,7 @@ change to the locking rules is made once and cannot drift between them.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
@@ -16,7 +17,9 @@ from ..core import options as conf
 from ..core.wakeup import RELEASED as RELEASED  # the mutexes' release message, named there
 from ..exceptions import LockLost, LockTimeout
 
-if TYPE_CHECKING:  # typing.Self is Python 3.11's; the annotations are never evaluated
+if sys.version_info >= (3, 11):  # so that typing.get_type_hints resolves the constructors
+    from typing import Self
+elif TYPE_CHECKING:
     from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
