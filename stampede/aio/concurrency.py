@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 
 from ..io.clients import connection_pool_of
 from ..lock.rules import remaining
+from ..lock.watchdog import next_call_in
 from .loops import loop_state
 
 logger = logging.getLogger(__name__)
@@ -38,21 +39,21 @@ def state_lock() -> contextlib.nullcontext[None]:
     return contextlib.nullcontext()
 
 
-def schedule_renewal(renew: Callable[[], Awaitable[bool]], interval: float) -> Renewal:
+def schedule_renewal(renew: Callable[[], Awaitable[bool | float]], interval: float) -> Renewal:
     """Return a task that awaits ``renew()`` every ``interval`` seconds until it returns False
-    or the task is cancelled."""
+    or the task is cancelled; sooner once when it returns a number of seconds (see
+    ``stampede.lock.watchdog.next_call_in``)."""
     return asyncio.get_running_loop().create_task(_renew_every(renew, interval))
 
 
-async def _renew_every(renew: Callable[[], Awaitable[bool]], interval: float) -> None:
-    while True:
-        await asyncio.sleep(interval)
+async def _renew_every(renew: Callable[[], Awaitable[bool | float]], interval: float) -> None:
+    delay: float | None = interval
+    while delay is not None:
+        await asyncio.sleep(delay)
         try:
-            again = await renew()
+            delay = next_call_in(await renew(), interval)
         except Exception:
             logger.exception("stampede: lock renewal raised; it will not be renewed again")
-            return
-        if not again:
             return
 
 

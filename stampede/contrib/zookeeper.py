@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -41,7 +42,7 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, Concatenate, ParamSpec
 
 try:
     from kazoo.client import KazooClient  # type: ignore[import-untyped]
@@ -66,9 +67,10 @@ from ..core import events, process
 from ..core import options as conf
 from ..exceptions import LockLost, LockTimeout
 from ..lock import watchdog
-from ..lock.rules import HoldContext
+from ..lock.rules import HoldContext, acquire_timeout, on_lost_callback
 
 logger = logging.getLogger(__name__)
+P = ParamSpec("P")
 
 DEFAULT_PATH = "/stampede"
 #: Encoded names longer than this become ``#sha256:<hex>`` (neither '#' nor ':' survive quoting).
@@ -249,9 +251,7 @@ class ZooKeeperLock(HoldContext):
         self.ttl = None if ttl is None else conf.seconds("ttl", ttl)
         self.auto_renew = bool(auto_renew)
         self.timeout = conf.optional_seconds("timeout", timeout)
-        if on_lost is not None and not callable(on_lost):
-            raise TypeError(f"on_lost must be callable; got {on_lost!r}")
-        self.on_lost = on_lost
+        self.on_lost = on_lost_callback(on_lost)
         self.path = lock_path(path, self.name)
         if isinstance(client, str):
             client = shared_client(client)
@@ -295,10 +295,7 @@ class ZooKeeperLock(HoldContext):
         return self.acquire(blocking=False), None
 
     def _check_acquire(self, blocking: bool, timeout: Any) -> float | None:
-        seconds = conf.optional_seconds("timeout", timeout)
-        if seconds is not None and not blocking:
-            raise ValueError("timeout cannot be given with blocking=False")
-        return seconds
+        return acquire_timeout(blocking, timeout)
 
     def _begin(self) -> _Hold:
         if self._hold is not None:
@@ -523,6 +520,22 @@ class ZooKeeperLock(HoldContext):
         return requested / 1000 if requested else _DEFAULT_SESSION_TIMEOUT
 
 
+def _constructed_as(
+    sync_init: Callable[Concatenate[Any, P], None],
+) -> Callable[[Callable[..., None]], Callable[Concatenate[Any, P], None]]:
+    """Give the decorated ``__init__`` the parameters of ``sync_init``: for mypy (through the
+    ParamSpec) and for ``inspect.signature`` (through ``__wrapped__``).
+
+    An async twin takes exactly its sync lock's arguments and passes them on, so they are
+    written (and documented) once, on the sync class.
+    """
+
+    def apply(init: Callable[..., None]) -> Callable[Concatenate[Any, P], None]:
+        return functools.update_wrapper(init, sync_init, assigned=(), updated=())
+
+    return apply
+
+
 class AsyncZooKeeperLock:
     """Async twin of :class:`ZooKeeperLock`; ``async with`` instead of ``with``.
 
@@ -532,23 +545,13 @@ class AsyncZooKeeperLock:
     Constructing with a hosts string connects the shared client on first use (blocking).
     """
 
+    @_constructed_as(ZooKeeperLock.__init__)
     def __init__(
-        self,
-        client: Any,
-        name: str | bytes,
-        ttl: float | None = None,
-        auto_renew: bool = False,
-        *,
-        timeout: float | None = None,
-        on_lost: Callable[[Any], object] | None = None,
-        path: str = DEFAULT_PATH,
+        self, *args: Any, on_lost: Callable[[Any], object] | None = None, **kwargs: Any
     ) -> None:
-        if on_lost is not None and not callable(on_lost):
-            raise TypeError(f"on_lost must be callable; got {on_lost!r}")
-        self.on_lost = on_lost
-        self.sync = ZooKeeperLock(
-            client, name, ttl, auto_renew, timeout=timeout, on_lost=self._lost, path=path
-        )
+        # Checked before the sync lock is built: a hosts string connects there.
+        self.on_lost = on_lost_callback(on_lost)
+        self.sync = ZooKeeperLock(*args, on_lost=self._lost, **kwargs)
 
     def _lost(self, _sync: ZooKeeperLock) -> None:
         if self.on_lost is not None:

@@ -39,9 +39,10 @@ def state_lock() -> threading.Lock:
     return threading.Lock()
 
 
-def schedule_renewal(renew: Callable[[], bool], interval: float) -> Renewal:
+def schedule_renewal(renew: Callable[[], bool | float], interval: float) -> Renewal:
     """Return a handle of ``renew`` called every ``interval`` seconds on the process's watchdog
-    thread until it returns False or is cancelled (one thread for every lock of the process)."""
+    thread until it returns False or is cancelled (one thread for every lock of the process);
+    sooner once when it returns a number of seconds (see ``watchdog.next_call_in``)."""
     return watchdog.schedule(renew, interval)
 
 

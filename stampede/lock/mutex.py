@@ -6,6 +6,7 @@ The lock is memcache-style ``add`` on Redis: ``SET {name}:lock <token> NX PX <tt
 token is 128 random bits from :mod:`secrets`, so only the holder can extend or release it
 (compare-and-pexpire, compare-and-delete: both single Lua calls). A release publishes on
 ``{name}:done`` in the same call, which wakes every process waiting for this name.
+``LockHolder`` is what the mutex and Redlock do alike while they hold (extend, release, renew).
 
 Rule: a blocked acquirer never sleep-polls. It subscribes (confirmed) before its ``SET NX``
 attempt, parks until a release is published, and wakes on its own only when the holder's TTL
@@ -22,12 +23,9 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Callable
-from typing import Any
 
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..core import events
 from ..core import options as conf
 from ..io import scripts
 from ..io.notify import Subscription, notifier_for
@@ -47,7 +45,66 @@ from .rules import (
 logger = logging.getLogger(__name__)
 
 
-class Mutex(HoldContext, MutexBase):
+class LockHolder(HoldContext, MutexBase):
+    """What a holder of a Redis lock does the same whatever the lock: hold, extend, release.
+
+    :class:`Mutex` (one server) and :class:`~stampede.redlock.Redlock` (a majority of
+    several) differ only in how they ask Redis (``_run_extend``, ``_run_release``), so the
+    rules around those calls (the state guarded against the renewal, the renewal scheduled
+    with the hold and stopped with it, a refusal reported once as a loss) are written here.
+    """
+
+    _state_lock = staticmethod(state_lock)
+    _renewal: Renewal | None
+
+    def _hold(self, token: str, fence: int) -> None:
+        with self._state:
+            self._held(token, fence)
+            if self.auto_renew:
+                self._renewal = schedule_renewal(self._renew, self.ttl / 3)
+
+    def extend(self, ttl: float | None = None) -> bool:
+        """Return True if the lock is ours and now lives ``ttl`` (default: its ttl) from now.
+
+        False means the lock expired or was taken by another holder (for a Redlock: too few
+        servers still hold our token, or not in time); ``lost`` becomes True.
+        """
+        ttl = self.ttl if ttl is None else conf.seconds("ttl", ttl)
+        with self._state:
+            extended = self._run_extend(self._require_token("extend"), ttl)
+        if not extended:
+            self._report_lost()
+        return extended
+
+    def release(self, *, message: bytes = RELEASED) -> bool:
+        """Return True if the lock was ours and is released; False if it had been lost.
+
+        A lost lock is left alone: whoever holds it now keeps it (for a Redlock: on each
+        server where another holder took over). ``message`` is what the waiters are told (the
+        fill protocol publishes its outcome: filled, or a failure).
+
+        Raises:
+            RuntimeError: this object does not hold the lock.
+        """
+        released = self._run_release(self._end_hold(), message)
+        if not released:
+            self._report_lost()
+        return released
+
+    def _renew(self) -> bool | float:
+        """Renewal (every ``ttl / 3``): return False to stop it, or seconds to try sooner."""
+        raise NotImplementedError
+
+    def _run_extend(self, token: str, ttl: float) -> bool:
+        """Extend our hold to ``ttl`` in Redis; return False if it was no longer ours."""
+        raise NotImplementedError
+
+    def _run_release(self, token: str, message: bytes) -> bool:
+        """Release our hold in Redis, publishing ``message``; return False if it was lost."""
+        raise NotImplementedError
+
+
+class Mutex(LockHolder):
     """A lock on ``name`` shared by every thread, process and machine using the same Redis.
 
     One ``Mutex`` object is one would-be holder: create one per thread or task (it is cheap);
@@ -64,24 +121,6 @@ class Mutex(HoldContext, MutexBase):
         fencing: issue a fencing token on each acquire (``fencing_token``); False saves
             three Redis commands per acquire where nothing downstream checks it.
     """
-
-    def __init__(
-        self,
-        redis_client: Any,
-        name: str | bytes,
-        ttl: float = 30.0,
-        auto_renew: bool = False,
-        *,
-        timeout: float | None = None,
-        on_lost: Callable[[Mutex], object] | None = None,
-        fencing: bool = True,
-    ) -> None:
-        super().__init__(
-            redis_client, name, ttl, auto_renew, timeout=timeout, on_lost=on_lost, fencing=fencing
-        )
-        # Guards _token against the watchdog thread: a renewal must not run after release.
-        self._state = state_lock()
-        self._renewal: Renewal | None = None
 
     # -- acquire ----------------------------------------------------------------------------
 
@@ -160,25 +199,7 @@ class Mutex(HoldContext, MutexBase):
                 raise  # Redis failed within our time
             return None
 
-    def _hold(self, token: str, fence: int) -> None:
-        with self._state:
-            self._held(token, fence)
-            if self.auto_renew:
-                self._renewal = schedule_renewal(self._renew, self.ttl / 3)
-
     # -- while held -------------------------------------------------------------------------
-
-    def extend(self, ttl: float | None = None) -> bool:
-        """Return True if the lock is ours and now lives ``ttl`` (default: its ttl) from now.
-
-        False means the lock expired or was taken by another holder; ``lost`` becomes True.
-        """
-        ttl = self.ttl if ttl is None else conf.seconds("ttl", ttl)
-        with self._state:
-            extended = self._run_extend(self._require_token("extend"), ttl)
-        if not extended:
-            self._report_lost()
-        return extended
 
     def _run_extend(self, token: str, ttl: float) -> bool:
         keys, args = self._extend_keys_args(token, ttl)
@@ -200,19 +221,6 @@ class Mutex(HoldContext, MutexBase):
             self._report_lost()
         return extended
 
-    def _report_lost(self) -> None:
-        with self._state:
-            if self.lost:
-                return
-            self.lost = True
-        logger.warning("stampede: lock %r was lost while held", self.name)
-        events.emit("lock_lost", key=self.name)
-        if self.on_lost is not None:
-            try:
-                self.on_lost(self)
-            except Exception:
-                logger.exception("stampede: on_lost callback of lock %r raised", self.name)
-
     def locked(self) -> bool:
         """Return True if anyone (this object or another) holds the lock now."""
         return bool(self._client.exists(self._lock_key))
@@ -226,18 +234,6 @@ class Mutex(HoldContext, MutexBase):
 
     # -- release ----------------------------------------------------------------------------
 
-    def release(self, *, message: bytes = RELEASED) -> bool:
-        """Return True if the lock was ours and is released; False if it had been lost.
-
-        A lost lock is left alone: whoever holds it now keeps it. ``message`` is what the
-        waiters are told (the fill protocol publishes its outcome: filled, or a failure).
-
-        Raises:
-            RuntimeError: this object does not hold the lock.
-        """
-        token = self._end_hold()
+    def _run_release(self, token: str, message: bytes) -> bool:
         keys, args = self._release_keys_args(token, message)
-        released = bool(scripts.run(self._client, scripts.RELEASE, keys, args))
-        if not released:
-            self._report_lost()
-        return released
+        return bool(scripts.run(self._client, scripts.RELEASE, keys, args))

@@ -34,21 +34,11 @@ from redis.exceptions import RedisError
 from ..core import options as conf
 from ..io import scripts
 from ..io.notify import Subscription, notifier_for
+from ..io.reconnect import Backoff
 from . import rules
-from .concurrency import Renewal, ask_each, local_turn, schedule_renewal, sleep, state_lock
+from .concurrency import ask_each, local_turn, sleep
 from .concurrency import quick_client as _quick_client
-from .rules import (
-    NO_VOTE,
-    RELEASED,
-    RETRY_DELAY,
-    HoldContext,
-    RedlockBase,
-    Vote,
-    attempt_result,
-    deadline_after,
-    owned_by,
-    remaining,
-)
+from .mutex import LockHolder
 
 logger = logging.getLogger(__name__)
 #: Redlock's random pauses come from a generator of its own, not the random module's shared
@@ -59,12 +49,13 @@ _random = random.Random()
 _SUBSCRIBE_ROUND_TRIPS = 3
 
 
-class Redlock(HoldContext, RedlockBase):
+class Redlock(LockHolder, rules.RedlockBase):
     """A lock on ``name`` held by whoever wins a majority of ``clients``' independent servers.
 
     The interface is :class:`stampede.Mutex`'s: one object per would-be holder, not
     reentrant, ``with redlock:`` raising :class:`LockTimeout`, ``fencing_token``,
-    ``auto_renew`` (a majority extended every ``ttl / 3``; ``on_lost`` when it cannot be).
+    ``auto_renew`` (a majority extended every ``ttl / 3``, and a round that too few servers
+    answered in time tried again while the hold is valid; ``on_lost`` once it cannot be).
 
     Guarantees:
         * Mutual exclusion while the servers keep their data and clocks: a hold needs a
@@ -103,41 +94,17 @@ class Redlock(HoldContext, RedlockBase):
         ttl: seconds the lock lives unless extended; a crashed holder blocks others this long.
         auto_renew: extend the lock on a majority every ``ttl / 3`` while held.
         timeout: how long ``with redlock:`` waits before raising ``LockTimeout``.
-        on_lost: called with this lock when a renewal cannot extend a majority.
+        on_lost: called with this lock when a renewal cannot extend a majority (a majority
+            refused, or none answered before the validity ran out).
         fencing: issue a fencing token (two rounds per acquire); False saves the second.
         retry_delay: (min, max) seconds of the random pause after a split or short vote.
         server_timeout: seconds each server gets to answer each command; default 50 ms, or a
             tenth of ``ttl`` if shorter, so that N slow servers cannot eat the validity.
     """
 
-    def __init__(
-        self,
-        clients: Iterable[Any],
-        name: str | bytes,
-        ttl: float = 30.0,
-        auto_renew: bool = False,
-        *,
-        timeout: float | None = None,
-        on_lost: Callable[[Redlock], object] | None = None,
-        fencing: bool = True,
-        retry_delay: float | tuple[float, float] = RETRY_DELAY,
-        server_timeout: float | None = None,
-    ) -> None:
-        super().__init__(
-            clients,
-            name,
-            ttl,
-            auto_renew,
-            timeout=timeout,
-            on_lost=on_lost,
-            fencing=fencing,
-            retry_delay=retry_delay,
-            server_timeout=server_timeout,
-        )
-        self._quick = tuple(_quick_client(client, self.server_timeout) for client in self.clients)
-        # Guards _token against the watchdog thread: a renewal must not run after release.
-        self._state = state_lock()
-        self._renewal: Renewal | None = None
+    _quick_client = staticmethod(_quick_client)
+    #: The pauses between the renewal's rounds while too few servers answer; None meanwhile.
+    _renew_backoff: Backoff | None = None
 
     # -- acquire ----------------------------------------------------------------------------
 
@@ -149,13 +116,13 @@ class Redlock(HoldContext, RedlockBase):
             RuntimeError: this object already holds the lock.
         """
         timeout = self._check_acquire(blocking, timeout)
-        deadline = deadline_after(timeout)
+        deadline = rules.deadline_after(timeout)
         token = secrets.token_hex(16)
         vote = self._vote(token)
         if not vote.won and blocking:
             vote = self._wait_and_vote(token, deadline)
         if vote.won:
-            self._hold(token, vote)
+            self._hold_won(token, vote)
         return vote.won
 
     def attempt(self) -> tuple[bool, float | None]:
@@ -167,16 +134,16 @@ class Redlock(HoldContext, RedlockBase):
         token = secrets.token_hex(16)
         vote = self._vote(token)
         if vote.won:
-            self._hold(token, vote)
+            self._hold_won(token, vote)
             return True, None
         return False, self._free_in(vote)
 
-    def _vote(self, token: str) -> Vote:
+    def _vote(self, token: str) -> rules.Vote:
         """Ask every server for the lock; keep it only if a majority said yes in time."""
         started = time.monotonic()
         keys, args = self._acquire_keys_args(token)
         replies = self._ask(lambda server: scripts.run(server, scripts.ACQUIRE, keys, args))
-        answers = [None if reply is None else attempt_result(reply) for reply in replies]
+        answers = [None if reply is None else rules.attempt_result(reply) for reply in replies]
         yes = [index for index, answer in enumerate(answers) if answer and answer[0]]
         refused = {index for index, answer in enumerate(answers) if answer and not answer[0]}
         fence, fenced = self._raise_fences(answers, yes)
@@ -188,7 +155,7 @@ class Redlock(HoldContext, RedlockBase):
             # stand in the way of the next vote.
             self._release_on([i for i in range(len(answers)) if i not in refused], token)
         holder_ttls = tuple(answer[1] for answer in answers if answer and not answer[0])
-        return Vote(won, fence if won else 0, started + valid_for, len(yes), holder_ttls)
+        return rules.Vote(won, fence if won else 0, started + valid_for, len(yes), holder_ttls)
 
     def _raise_fences(
         self, answers: list[tuple[bool, int] | None], yes: list[int]
@@ -209,17 +176,17 @@ class Redlock(HoldContext, RedlockBase):
         )
         return fence, sum(1 for reply in replies if reply is not None and int(reply) >= fence)
 
-    def _wait_and_vote(self, token: str, deadline: float | None) -> Vote:
+    def _wait_and_vote(self, token: str, deadline: float | None) -> rules.Vote:
         with local_turn(self._client, self._lock_key, deadline) as our_turn:
             if not our_turn:
-                return NO_VOTE
+                return rules.NO_VOTE
             # Subscribed (and confirmed) before the next vote, so a release in between is a
             # message we will receive, not one we missed.
             subscription = self._subscribe(deadline)
             try:
                 while True:
                     vote = self._vote(token)
-                    left = remaining(deadline)
+                    left = rules.remaining(deadline)
                     if vote.won or (left is not None and left <= 0):
                         return vote
                     self._park(subscription, vote, left)
@@ -227,7 +194,9 @@ class Redlock(HoldContext, RedlockBase):
                 if subscription is not None:
                     subscription.close()
 
-    def _park(self, subscription: Subscription | None, vote: Vote, left: float | None) -> None:
+    def _park(
+        self, subscription: Subscription | None, vote: rules.Vote, left: float | None
+    ) -> None:
         pause = _random.uniform(*self.retry_delay)
         seconds, on_release = rules.redlock_park(
             vote, self.quorum, left, pause, subscribed=subscription is not None
@@ -245,7 +214,7 @@ class Redlock(HoldContext, RedlockBase):
         a subscription whose connection breaks wakes its waiter, who votes again.
         """
         for client in self.clients:
-            left = remaining(deadline)
+            left = rules.remaining(deadline)
             if left is not None and left <= 0:
                 return None
             bound = self.server_timeout * _SUBSCRIBE_ROUND_TRIPS
@@ -257,55 +226,75 @@ class Redlock(HoldContext, RedlockBase):
                 logger.debug("stampede: no release channel of %r on %r: %s", self.name, client, exc)
         return None
 
-    def _hold(self, token: str, vote: Vote) -> None:
-        with self._state:
-            self._held(token, vote.fence)
-            self._valid_until = vote.valid_until
-            if self.auto_renew:
-                self._renewal = schedule_renewal(self._renew, self.ttl / 3)
+    def _hold_won(self, token: str, vote: rules.Vote) -> None:
+        self._valid_until = vote.valid_until
+        self._renew_backoff = None
+        self._hold(token, vote.fence)
 
     # -- while held -------------------------------------------------------------------------
 
-    def extend(self, ttl: float | None = None) -> bool:
-        """Return True if a majority extended our lock to ``ttl`` (default: its ttl) in time.
-
-        False means too few servers still hold our token; ``lost`` becomes True.
-        """
-        ttl = self.ttl if ttl is None else conf.seconds("ttl", ttl)
-        with self._state:
-            extended = self._run_extend(self._require_token("extend"), ttl)
-        if not extended:
-            self._report_lost()
+    def _run_extend(self, token: str, ttl: float) -> bool:
+        extended, _ = self._extend_round(token, ttl)
         return extended
 
-    def _run_extend(self, token: str, ttl: float) -> bool:
+    def _extend_round(self, token: str, ttl: float) -> tuple[bool, int]:
+        """Extend our token to ``ttl`` on every server; return (True if a majority did so
+        in time, how many servers refused: they no longer hold our token)."""
         started = time.monotonic()
         args = (token, conf.to_ms(ttl))
         replies = self._ask(
             lambda server: scripts.run(server, scripts.COMPARE_PEXPIRE, (self._lock_key,), args)
         )
         valid_for = rules.validity(ttl, time.monotonic() - started)
+        refused = sum(1 for reply in replies if reply == 0)
         if sum(1 for reply in replies if reply == 1) < self.quorum or valid_for <= 0:
-            return False
+            return False, refused
         self._valid_until = started + valid_for
-        return True
+        return True, refused
 
-    def _renew(self) -> bool:
-        """Renewal: extend while held; stop at release or when a majority is gone."""
+    def _renew(self) -> bool | float:
+        """Renewal: extend a majority while held; stop at release, or once the hold cannot be
+        renewed within its validity.
+
+        A round that too few servers answered in time (slow, paused, restarting: each gets
+        only ``server_timeout``) is tried again after a back-off while the hold is still valid
+        by our clock; the lock is lost when a majority refuses, or when the validity ends.
+        """
         with self._state:
             if self._token is None:
                 return False
-            extended = self._run_extend(self._token, self.ttl)
-        if not extended:
-            self._report_lost()
-        return extended
+            extended, refused = self._extend_round(self._token, self.ttl)
+            retry_in = None if extended else self._renewal_retry_in(refused)
+        if extended:
+            self._renew_backoff = None
+            return True
+        if retry_in is not None:
+            return retry_in
+        self._report_lost()
+        return False
 
-    def _report_lost(self) -> None:
-        with self._state:
-            if self.lost:
-                return
-            self.lost = True
-        rules.announce_lost(self)
+    def _renewal_retry_in(self, refused: int) -> float | None:
+        """Return the seconds before the renewal tries again after a failed round, or None."""
+        if len(self.clients) - refused < self.quorum:
+            return None  # a majority no longer holds our token: no later round wins it back
+        backoff = self._renew_backoff
+        if backoff is None:
+            backoff = self._renew_backoff = Backoff(cap=self.ttl / 3)
+        first = backoff.failures == 0
+        # Threads ask the servers in turn: a round may take a server timeout per server.
+        round_time = self.server_timeout * len(self.clients)
+        valid_for = self.validity
+        retry_in = rules.renewal_retry_in(valid_for, backoff.next_delay(), round_time)
+        if retry_in is not None:
+            log = logger.warning if first else logger.debug
+            log(
+                "stampede: renewing Redlock %r reached too few servers in time; trying again"
+                " in %.3f s (valid for %.3f s more)",
+                self.name,
+                retry_in,
+                valid_for,
+            )
+        return retry_in
 
     def locked(self) -> bool:
         """Return True if a majority of the servers hold a lock on the name (anyone's)."""
@@ -318,26 +307,16 @@ class Redlock(HoldContext, RedlockBase):
         if token is None:
             return False
         replies = self._ask(lambda server: server.get(self._lock_key))
-        return sum(1 for reply in replies if owned_by(reply, token)) >= self.quorum
+        return sum(1 for reply in replies if rules.owned_by(reply, token)) >= self.quorum
 
     # -- release ----------------------------------------------------------------------------
 
-    def release(self, *, message: bytes = RELEASED) -> bool:
-        """Return True if a majority still held our token (now released on every server).
+    def _run_release(self, token: str, message: bytes) -> bool:
+        return self._release_on(range(len(self.clients)), token, message) >= self.quorum
 
-        A server where another holder took over is left alone. ``message`` is what the
-        waiters are told.
-
-        Raises:
-            RuntimeError: this object does not hold the lock.
-        """
-        token = self._end_hold()
-        released = self._release_on(range(len(self.clients)), token, message) >= self.quorum
-        if not released:
-            self._report_lost()
-        return released
-
-    def _release_on(self, indexes: Iterable[int], token: str, message: bytes = RELEASED) -> int:
+    def _release_on(
+        self, indexes: Iterable[int], token: str, message: bytes = rules.RELEASED
+    ) -> int:
         """Release our token on the servers at ``indexes``; return on how many it was ours."""
         keys, args = self._release_keys_args(token, message)
         replies = self._ask(

@@ -7,16 +7,23 @@ change to the locking rules is made once and cannot drift between them.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..core import events, keys
 from ..core import options as conf
 from ..core.wakeup import RELEASED as RELEASED  # the mutexes' release message, named there
 from ..exceptions import LockLost, LockTimeout
 
+if sys.version_info >= (3, 11):  # so that typing.get_type_hints resolves the constructors
+    from typing import Self
+elif TYPE_CHECKING:
+    from typing_extensions import Self
+
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 # Wake up a little after the holder's TTL ends rather than a little before it.
 _EXPIRY_MARGIN = 0.002
@@ -63,11 +70,15 @@ class AsyncHoldContext:
 
 
 class MutexBase:
-    """State and arguments of one would-be holder of the lock on ``name``."""
+    """State and arguments of one would-be holder of the lock on ``name``.
 
-    #: Set by each subclass: what guards the token against its renewal, and the renewal.
-    _state: Any
-    _renewal: Any
+    The constructor is the public one of ``Mutex`` (both sides): the subclasses add methods,
+    not arguments, so the signature, its checks and the state they set are written here once.
+    """
+
+    #: Set by each side's subclass: ``state_lock`` of its concurrency module, which makes what
+    #: guards the token against the renewal (a thread's lock; nothing on an event loop).
+    _state_lock: Callable[[], Any]
 
     def __init__(
         self,
@@ -77,17 +88,15 @@ class MutexBase:
         auto_renew: bool = False,
         *,
         timeout: float | None = None,
-        on_lost: Callable[[Any], object] | None = None,
+        on_lost: Callable[[Self], object] | None = None,
         fencing: bool = True,
     ) -> None:
         self.name = conf.lock_name(name)
         self.fencing = bool(fencing)
         self.ttl = conf.seconds("ttl", ttl)
         self.timeout = conf.optional_seconds("timeout", timeout)
-        if on_lost is not None and not callable(on_lost):
-            raise TypeError(f"on_lost must be callable; got {on_lost!r}")
         self.auto_renew = bool(auto_renew)
-        self.on_lost = on_lost
+        self.on_lost = on_lost_callback(on_lost)
         self._client = redis_client
         self._lock_key = keys.lock_key(self.name)
         self._fence_key = keys.fence_key(self.name)
@@ -97,6 +106,9 @@ class MutexBase:
         self.fencing_token: int | None = None
         #: True once this holder learnt that its lock expired or was taken over.
         self.lost = False
+        self._state = self._state_lock()
+        #: The scheduled renewal of the current hold (``auto_renew``), or None.
+        self._renewal: Any = None
 
     def __repr__(self) -> str:
         state = "held" if self._token else "not held"
@@ -108,9 +120,7 @@ class MutexBase:
         return self._token
 
     def _check_acquire(self, blocking: bool, timeout: Any) -> float | None:
-        seconds = conf.optional_seconds("timeout", timeout)
-        if seconds is not None and not blocking:
-            raise ValueError("timeout cannot be given with blocking=False")
+        seconds = acquire_timeout(blocking, timeout)
         self._check_not_held()
         return seconds
 
@@ -151,6 +161,30 @@ class MutexBase:
         self._token = token
         self.fencing_token = fence if self.fencing else None
         self.lost = False
+
+    def _report_lost(self) -> None:
+        """Mark this holder lost and tell the world, once per hold (``announce_lost``)."""
+        with self._state:
+            if self.lost:
+                return
+            self.lost = True
+        announce_lost(self)
+
+
+def on_lost_callback(value: _T) -> _T:
+    """Return a holder's ``on_lost`` argument, or raise TypeError when it cannot be called."""
+    if value is not None and not callable(value):
+        raise TypeError(f"on_lost must be callable; got {value!r}")
+    return value
+
+
+def acquire_timeout(blocking: bool, timeout: Any) -> float | None:
+    """Return ``acquire``'s ``timeout`` in seconds (None: wait forever), or raise ValueError
+    when it is negative or given with ``blocking=False``."""
+    seconds = conf.optional_seconds("timeout", timeout)
+    if seconds is not None and not blocking:
+        raise ValueError("timeout cannot be given with blocking=False")
+    return seconds
 
 
 def owned_by(lock_value: Any, token: str) -> bool:
@@ -225,7 +259,17 @@ NO_VOTE = Vote(False, 0, 0.0, 0, ())
 
 
 class RedlockBase(MutexBase):
-    """State and arguments of one would-be holder of a Redlock over ``clients``' servers."""
+    """State and arguments of one would-be holder of a Redlock over ``clients``' servers.
+
+    The constructor is the public one of ``Redlock`` (both sides), as ``MutexBase``'s is
+    ``Mutex``'s. It names Mutex's arguments again, since its first one differs (a list of
+    clients) and two are added: a signature built from ``**kwargs`` would hide them from
+    ``inspect.signature``, IDEs and mypy.
+    """
+
+    #: Set by each side's subclass: ``quick_client`` of its concurrency module, the client of
+    #: one server through which each command gives up after ``server_timeout``.
+    _quick_client: Callable[[Any, float], Any]
 
     def __init__(
         self,
@@ -235,7 +279,7 @@ class RedlockBase(MutexBase):
         auto_renew: bool = False,
         *,
         timeout: float | None = None,
-        on_lost: Callable[[Any], object] | None = None,
+        on_lost: Callable[[Self], object] | None = None,
         fencing: bool = True,
         retry_delay: float | tuple[float, float] = RETRY_DELAY,
         server_timeout: float | None = None,
@@ -253,6 +297,7 @@ class RedlockBase(MutexBase):
         self.quorum = quorum(len(servers))
         self.retry_delay = redlock_retry_delay(retry_delay)
         self.server_timeout = redlock_server_timeout(self.ttl, server_timeout)
+        self._quick = tuple(self._quick_client(client, self.server_timeout) for client in servers)
         self._valid_until: float | None = None
 
     @property
@@ -333,6 +378,20 @@ def announce_lost(holder: Any) -> None:
             holder.on_lost(holder)
         except Exception:
             logger.exception("stampede: on_lost callback of lock %r raised", holder.name)
+
+
+def renewal_retry_in(valid_for: float | None, pause: float, round_time: float) -> float | None:
+    """Return the seconds before a Redlock's renewal tries again after a round that too few
+    servers answered in time, or None: give up, the hold cannot be renewed within its validity.
+
+    The hold stays valid ``valid_for`` more seconds by our clock (None: not held), so a round
+    the servers did not answer (slow, paused, restarting) is tried again while another round,
+    which may take ``round_time``, still ends within it; the back-off's ``pause`` is cut short
+    to leave that time. A round that a majority refused is not retried: the caller knows.
+    """
+    if valid_for is None or valid_for <= round_time:
+        return None
+    return min(pause, valid_for - round_time)
 
 
 def redlock_park(

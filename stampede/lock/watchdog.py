@@ -2,8 +2,10 @@
 
 A thread per held lock (as python-redis-lock does) costs a thread start on every acquire; here
 every renewal of the process shares one thread and a heap of due times. A renewal is a
-callable returning True to be called again after its interval, False to stop; it must not
-raise (the owner turns failures into its own state, e.g. ``Mutex.lost``).
+callable returning True to be called again after its interval, a number of seconds to be
+called again that much sooner (a retry: a Redlock round its servers did not answer), or False
+to stop; it must not raise (the owner turns failures into its own state, e.g. ``Mutex.lost``),
+and it must not wait: every other lock of the process is renewed by the same thread.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ class Renewal:
 
     __slots__ = ("cancelled", "interval", "renew")
 
-    def __init__(self, renew: Callable[[], bool], interval: float) -> None:
+    def __init__(self, renew: Callable[[], bool | float], interval: float) -> None:
         self.renew = renew
         self.interval = interval
         self.cancelled = False
@@ -43,11 +45,11 @@ class Watchdog:
         self._wakeup = threading.Condition()
         self._thread: threading.Thread | None = None
 
-    def schedule(self, renew: Callable[[], bool], interval: float) -> Renewal:
+    def schedule(self, renew: Callable[[], bool | float], interval: float) -> Renewal:
         """Return a handle for ``renew``, first called ``interval`` seconds from now."""
         renewal = Renewal(renew, interval)
         with self._wakeup:
-            self._push(renewal)
+            self._push(renewal, interval)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="stampede-watchdog", daemon=True
@@ -56,8 +58,8 @@ class Watchdog:
             self._wakeup.notify()
         return renewal
 
-    def _push(self, renewal: Renewal) -> None:
-        due = time.monotonic() + renewal.interval
+    def _push(self, renewal: Renewal, delay: float) -> None:
+        due = time.monotonic() + delay
         heapq.heappush(self._heap, (due, next(self._order), renewal))
 
     def _run(self) -> None:
@@ -67,13 +69,13 @@ class Watchdog:
             if renewal.cancelled:
                 continue
             try:
-                again = renewal.renew()
+                delay = next_call_in(renewal.renew(), renewal.interval)
             except Exception:
                 logger.exception("stampede: lock renewal raised; it will not be renewed again")
-                again = False
-            if again and not renewal.cancelled:
+                delay = None
+            if delay is not None and not renewal.cancelled:
                 with self._wakeup:
-                    self._push(renewal)
+                    self._push(renewal, delay)
 
     def _next_due_locked(self) -> Renewal:
         while True:
@@ -92,10 +94,20 @@ class Watchdog:
             return renewal
 
 
+def next_call_in(again: bool | float, interval: float) -> float | None:
+    """Return the seconds until a renewal that returned ``again`` is called next, or None:
+    it stopped. True: after its ``interval``; a number: after that many seconds."""
+    if again is True:
+        return interval
+    if again is False:
+        return None
+    return max(float(again), 0.0)
+
+
 _watchdog = Watchdog()
 
 
-def schedule(renew: Callable[[], bool], interval: float) -> Renewal:
+def schedule(renew: Callable[[], bool | float], interval: float) -> Renewal:
     """Return a handle for ``renew`` on this process's watchdog (see :class:`Watchdog`)."""
     return _watchdog.schedule(renew, interval)
 

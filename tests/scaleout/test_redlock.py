@@ -9,8 +9,10 @@ counts (counters, tokens, keys, INFO commandstats); wall time only bounds hangs,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import itertools
+import logging
 import threading
 import time
 
@@ -39,6 +41,30 @@ def holders_of(quorum, name) -> list[bytes | None]:
         for index, client in enumerate(quorum.clients)
         if index not in quorum.frozen and index not in quorum.downed
     ]
+
+
+@contextlib.contextmanager
+def heard(logger_name: str, text: str):
+    """Yield an event set once ``logger_name`` logs a line containing ``text``."""
+    event = threading.Event()
+
+    class Listener(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if text in record.getMessage():
+                event.set()
+
+    listener = Listener()
+    logger = logging.getLogger(logger_name)
+    logger.addHandler(listener)
+    try:
+        yield event
+    finally:
+        logger.removeHandler(listener)
+
+
+def valid_until(lock) -> float:
+    """Return the ``time.monotonic()`` at which ``lock``'s hold stops being valid."""
+    return time.monotonic() + lock.validity
 
 
 def evalsha_calls(client) -> int:
@@ -274,6 +300,81 @@ def test_auto_renew_calls_on_lost_once_when_a_majority_of_servers_is_gone(quorum
     assert calls == [lock]
     assert lock.release() is False
     assert calls == [lock]
+
+
+# A renewal round that a majority does not answer within its server_timeout (50 ms) is tried
+# again while the hold is valid. ttl=6: renewed every 2 s, valid about 4 s more when the
+# first round is missed, so the test thaws the servers in time even on a loaded machine.
+MISSED_ROUND = "reached too few servers in time"
+
+
+def test_auto_renew_tries_again_while_valid_when_a_majority_misses_a_round(quorum):
+    calls: list[Redlock] = []
+    lock = Redlock(
+        quorum.clients, "renewal-retried", ttl=6.0, auto_renew=True, on_lost=calls.append
+    )
+    with heard("stampede.lock.redlock", MISSED_ROUND) as missed:
+        assert lock.acquire()
+        token = lock.token.encode()
+        quorum.freeze(0, 1, 2)
+        assert missed.wait(SLACK), "no renewal round was missed"
+        missed_at = valid_until(lock)
+        quorum.thaw(0, 1, 2)
+        wait_until(lambda: valid_until(lock) > missed_at + 0.5, "a later round renewed it")
+    assert calls == []
+    assert lock.lost is False
+    assert holders_of(quorum, "renewal-retried") == [token] * 5
+    assert lock.release() is True
+
+
+def test_auto_renew_gives_up_only_when_the_validity_runs_out(quorum):
+    valid_when_lost: list[float] = []
+    lost = threading.Event()
+
+    def on_lost(lock: Redlock) -> None:
+        valid_when_lost.append(lock.validity)
+        lost.set()
+
+    lock = Redlock(quorum.clients, "renewal-gave-up", ttl=3.0, auto_renew=True, on_lost=on_lost)
+    with heard("stampede.lock.redlock", MISSED_ROUND) as missed:
+        assert lock.acquire()
+        quorum.freeze(0, 1, 2)
+        assert missed.wait(SLACK), "no renewal round was missed"
+    assert lost.wait(3 + SLACK), "on_lost was not called"
+    # Given up when no round could end within the validity (one server timeout per server
+    # asked in turn), not at the first missed round, when about 2 s of its 3 were left.
+    assert valid_when_lost[0] <= lock.server_timeout * 5
+    assert lock.lost is True
+    assert lock.release() is False
+    assert len(valid_when_lost) == 1
+
+
+def test_async_auto_renew_tries_again_while_valid_when_a_majority_misses_a_round(quorum):
+    calls: list[AsyncRedlock] = []
+
+    async def scenario() -> None:
+        clients = async_clients(quorum)
+        lock = AsyncRedlock(
+            clients, "aio-renewal-retried", ttl=6, auto_renew=True, on_lost=calls.append
+        )
+        with heard("stampede.aio.redlock", MISSED_ROUND) as missed:
+            assert await lock.acquire()
+            token = lock.token.encode()
+            quorum.freeze(0, 1, 2)
+            assert await asyncio.to_thread(missed.wait, SLACK), "no renewal round was missed"
+            missed_at = valid_until(lock)
+            quorum.thaw(0, 1, 2)
+            deadline = time.monotonic() + SLACK
+            while valid_until(lock) <= missed_at + 0.5 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+        assert valid_until(lock) > missed_at + 0.5, "no later round renewed it"
+        assert lock.lost is False
+        assert holders_of(quorum, "aio-renewal-retried") == [token] * 5
+        assert await lock.release() is True
+        await close_all(clients)
+
+    asyncio.run(scenario())
+    assert calls == []
 
 
 # -- 6. wake-ups ----------------------------------------------------------------------------
