@@ -312,16 +312,50 @@ class Redlock(LockHolder, rules.RedlockBase):
     # -- release ----------------------------------------------------------------------------
 
     def _run_release(self, token: str, message: bytes) -> bool:
-        return self._release_on(range(len(self.clients)), token, message) >= self.quorum
+        """Release on every server: True when a majority released our token, False when too
+        many no longer held it (the lock was lost).
+
+        A server that did not answer in time (each gets only ``server_timeout``) is asked
+        again after a back-off while the hold is still valid by our clock, as the renewal
+        does; a busy machine's slow answers are not a lost lock. Past the validity the keys
+        left expire by themselves, and the release says False: it cannot tell.
+        """
+        valid_until = self._valid_until
+        pending: list[int] = list(range(len(self.clients)))
+        released = 0
+        backoff = Backoff(cap=self.ttl / 3)
+        while True:
+            replies = self._release_replies(pending, token, message)
+            released += sum(1 for reply in replies if reply == 1)
+            pending = [i for i, reply in zip(pending, replies, strict=True) if reply is None]
+            if released >= self.quorum:
+                return True
+            if released + len(pending) < self.quorum:
+                return False  # too many refused: a majority no longer held our token
+            valid_for = None if valid_until is None else valid_until - time.monotonic()
+            round_time = self.server_timeout * len(pending)
+            retry_in = rules.renewal_retry_in(valid_for, backoff.next_delay(), round_time)
+            if retry_in is None:
+                return False
+            logger.debug(
+                "stampede: releasing Redlock %r reached too few servers in time; trying again"
+                " in %.3f s",
+                self.name,
+                retry_in,
+            )
+            sleep(retry_in)
+
+    def _release_replies(self, indexes: list[int], token: str, message: bytes) -> list[Any]:
+        """Return each server's answer to the release (1: ours, released; 0: not ours; None:
+        no answer in time)."""
+        keys, args = self._release_keys_args(token, message)
+        return self._ask(lambda server: scripts.run(server, scripts.RELEASE, keys, args), indexes)
 
     def _release_on(
         self, indexes: Iterable[int], token: str, message: bytes = rules.RELEASED
     ) -> int:
         """Release our token on the servers at ``indexes``; return on how many it was ours."""
-        keys, args = self._release_keys_args(token, message)
-        replies = self._ask(
-            lambda server: scripts.run(server, scripts.RELEASE, keys, args), indexes
-        )
+        replies = self._release_replies(list(indexes), token, message)
         return sum(1 for reply in replies if reply == 1)
 
     # -- the servers ------------------------------------------------------------------------

@@ -155,7 +155,8 @@ def test_waiter_is_woken_by_a_watch_without_polling_zookeeper(zk_server, zk_host
     assert holder.release()
     waiter.join(10)
     assert waiter.acquired is True
-    assert waiter.finished_at - released_at < 0.5
+    # Woken by the release, not by its 30 s timeout (how fast is the benchmarks' business).
+    assert waiter.finished_at - released_at < 10
     # Session heartbeats and the two `mntr` reads land here too (6 or 7 seen); a poller every
     # 10 ms would send about 200.
     assert during <= 20, f"{during} requests reached ZooKeeper while one waiter waited 2 s"
