@@ -7,9 +7,15 @@ from __future__ import annotations
 
 import pytest
 import redis as redis_py
+from hypothesis import HealthCheck, settings
 
 from stampede.testing import RedisServer
 from tests.helpers import release_servers, stop_server
+
+# Property tests assert what holds, not how fast: no per-example deadline and no "too slow"
+# health check, which a machine busy with other work trips at random.
+settings.register_profile("stampede", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("stampede")
 
 #: Test folders whose tests share servers started once per test process (session or module
 #: fixtures): under pytest-xdist each folder runs in one worker, so they start once, not once
