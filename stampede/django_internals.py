@@ -38,7 +38,7 @@ from .aio.store import RedisStore as AsyncRedisStore
 from .fill.backend_store import BackendStore
 from .fill.fenced import FencedStore
 from .fill.store import RedisStore
-from .io import clients
+from .io import clients, factory
 
 _REDIS_BACKENDS = {"django.core.cache.backends.redis.RedisCache", "django_redis.cache.RedisCache"}
 
@@ -106,8 +106,9 @@ def _django_builtin_store(backend: Any) -> RedisStore | None:
     options = django_client._pool_options
 
     def build() -> Any:
-        pool = django_client._pool_class.from_url(primary_url, **options)
-        return django_client._client(connection_pool=pool)
+        return factory.client_of_classes(
+            django_client._client, django_client._pool_class, primary_url, options
+        )
 
     identity = ("django", primary_url, tuple(sorted((k, repr(v)) for k, v in options.items())))
     serializer = django_client._serializer

@@ -32,6 +32,23 @@ def client_of_pool(pool: Any) -> Any:
     return redis.Redis(connection_pool=pool)
 
 
+def client_of_pool_copy(pool: Any, kwargs: dict[str, Any]) -> Any:
+    """Return a new ``redis.Redis`` on a new pool of ``pool``'s kind, connection class and size,
+    whose connections take ``kwargs`` (a copy with other timeouts: Redlock's quick clients)."""
+    import redis
+
+    copy = type(pool)(
+        connection_class=pool.connection_class, max_connections=pool.max_connections, **kwargs
+    )
+    return redis.Redis(connection_pool=copy)
+
+
+def client_of_classes(client_class: Any, pool_class: Any, url: str, options: dict[str, Any]) -> Any:
+    """Return a new ``client_class`` over a new ``pool_class.from_url(url, **options)``: a
+    client of classes chosen elsewhere (Django's ``RedisCache`` names its own)."""
+    return client_class(connection_pool=pool_class.from_url(url, **options))
+
+
 def connection(connection_class: type, kwargs: dict[str, Any]) -> Any:
     """Return a new, unconnected connection of ``connection_class`` (sync or asyncio).
 

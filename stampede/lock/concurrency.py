@@ -9,7 +9,6 @@ Rule: per-process state here (the local queues) is forgotten in a forked child.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import weakref
@@ -22,6 +21,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
+from ..core import process
+from ..io import factory
 from ..io.clients import connection_pool_of
 from ..io.redis_internals import own_connection_kwargs
 from . import watchdog
@@ -81,7 +82,7 @@ def _forget_parent_state() -> None:
     _turns_lock = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_forget_parent_state)
+process.own("the mutexes' local queues", forget=_forget_parent_state, held=lambda: len(_turns))
 
 
 # -- Redlock: one server after the other, each through a client that gives up in time ----------
@@ -107,6 +108,16 @@ _quick: weakref.WeakKeyDictionary[Any, dict[float, Any]] = weakref.WeakKeyDictio
 _quick_lock = threading.Lock()
 
 
+def _forget_quick_clients() -> None:
+    # The parent's copies are its pools; the child makes its own on first use.
+    global _quick_lock
+    _quick.clear()
+    _quick_lock = threading.Lock()
+
+
+process.own("Redlock's quick clients", forget=_forget_quick_clients, held=lambda: len(_quick))
+
+
 def quick_client(client: Any, seconds: float) -> Any:
     """Return this process's client of ``client``'s server that waits ``seconds`` per command.
 
@@ -123,12 +134,7 @@ def quick_client(client: Any, seconds: float) -> Any:
         quick = per_bound.get(seconds)
         if quick is None:
             kwargs = _quick_kwargs(pool.connection_kwargs, seconds)
-            copy = type(pool)(
-                connection_class=pool.connection_class,
-                max_connections=pool.max_connections,
-                **kwargs,
-            )
-            quick = per_bound[seconds] = redis.Redis(connection_pool=copy)
+            quick = per_bound[seconds] = factory.client_of_pool_copy(pool, kwargs)
         return quick
 
 

@@ -22,7 +22,7 @@ from stampede.core import process
 from stampede.core.near import NearCache
 from stampede.fill.local import group
 from stampede.io import clients, notify, tracking
-from stampede.lock import watchdog
+from stampede.lock import concurrency, watchdog
 from tests.helpers import wait_until
 
 
@@ -38,6 +38,18 @@ def fork_with_everything_held(url: str, results: Any) -> None:
     subscription = notify.notifier_for(client).subscribe("fork:channel")
     clients.for_url(url).ping()
     renewal = watchdog.schedule(lambda: True, 60.0)
+    concurrency.quick_client(client, 0.5)  # a Redlock's copy of the pool
+    # A thread of this process contends for a lock: it holds the local queue's turn.
+    in_turn, leave_turn = threading.Event(), threading.Event()
+
+    def take_turn() -> None:
+        with concurrency.local_turn(client, b"fork:lock", None):
+            in_turn.set()
+            leave_turn.wait()
+
+    contender = threading.Thread(target=take_turn)
+    contender.start()
+    in_turn.wait()
 
     # A flight in progress: its leader is parked until the end.
     leading, finish = threading.Event(), threading.Event()
@@ -94,6 +106,8 @@ def fork_with_everything_held(url: str, results: Any) -> None:
     loop.close()
     finish.set()
     leader.join()
+    leave_turn.set()
+    contender.join()
     renewal.cancel()
     subscription.close()
     results.put({"before": before, "child": child, "heard": heard, "armed": armed})

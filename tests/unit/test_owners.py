@@ -1,8 +1,8 @@
 """One owner of per-process state, one factory of clients: checked on the package's source.
 
 ``core.process`` registers the package's only fork hook, and ``io.factory`` makes its Redis
-clients, pools and connections; a module that does either itself fails here. The exceptions
-are listed with the reason they remain, so that the list only shrinks.
+clients, pools and connections; a module that does either itself fails here (there are no
+exceptions).
 """
 
 from __future__ import annotations
@@ -17,12 +17,6 @@ from tests.helpers import parse_file
 #: The package as imported: the checkout's, or the installed wheel's in CI's wheel legs.
 PACKAGE = Path(stampede.__file__).resolve().parent
 
-#: Modules that still do it themselves, pending the changes that reshape them.
-FORK_HOOKS_ELSEWHERE = {"lock/concurrency.py"}  # the mutexes' local queues (_turns)
-CLIENTS_BUILT_ELSEWHERE = {
-    "lock/concurrency.py",  # Redlock's quick-timeout copies of a pool
-    "django_internals.py",  # django-redis's primary pool (through its own _pool_class)
-}
 #: What building a client, a pool or a connection is called.
 BUILDERS = {"Redis", "ConnectionPool", "BlockingConnectionPool", "Sentinel", "from_url"}
 
@@ -49,7 +43,7 @@ def _modules_calling(predicate: Callable[[ast.Call], bool]) -> set[str]:
 
 def test_only_core_process_registers_a_fork_hook():
     hooks = _modules_calling(lambda call: _name(call) == "register_at_fork")
-    assert hooks == {"core/process.py"} | FORK_HOOKS_ELSEWHERE
+    assert hooks == {"core/process.py"}
 
 
 def test_only_the_factory_builds_clients_pools_and_connections():
@@ -57,4 +51,4 @@ def test_only_the_factory_builds_clients_pools_and_connections():
         # ``x._connection_class(...)`` / ``connection_class(...)``: a connection made by hand.
         return _name(call) in BUILDERS or _name(call).endswith("connection_class")
 
-    assert _modules_calling(builds) == {"io/factory.py"} | CLIENTS_BUILT_ELSEWHERE
+    assert _modules_calling(builds) == {"io/factory.py"}
