@@ -102,7 +102,6 @@ def test_demo_prints_its_table_and_writes_its_chart(tmp_path):
         assert not _listening(port), f"port {port} still served after the demo ended"
 
 
-@pytest.mark.slow
 def _sigint_as_default() -> None:
     # A suite run in the background (a CI job, `cmd &`) may start with SIGINT ignored, and a
     # child inherits that: Python then never raises KeyboardInterrupt in it. The demo's user
@@ -110,6 +109,7 @@ def _sigint_as_default() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_gunicorn_and_redis(tmp_path):
     demo = subprocess.Popen(
         [sys.executable, str(MANAGE), "stampede_demo", "--requests", "100", "--workers", "2",

@@ -233,6 +233,7 @@ def test_a_cold_row_is_charged_for_its_lock_servers_per_process():
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.slow  # runs a benchmark program end to end
 def test_the_outside_lock_rows_run_a_cold_stampede_with_one_load(tmp_path):
     command = [sys.executable, "-m", "benchmarks", "--quick", "--scenarios", "cold"]
     command += ["--impls", ",".join(LOCK_ROWS), "--no-charts", "--out", str(tmp_path)]
@@ -251,6 +252,7 @@ def test_the_outside_lock_rows_run_a_cold_stampede_with_one_load(tmp_path):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow  # runs a benchmark program end to end
 def test_near_latency_runs_and_the_reader_sees_every_write(tmp_path):
     out = tmp_path / "near.json"
     command = [sys.executable, "-m", "benchmarks.near", "--writes", "20", "--json", str(out)]
