@@ -58,6 +58,14 @@ def test_expired_holder_can_neither_release_nor_extend_the_new_holders_lock(url)
     run(scenario())
 
 
+def lock_commands(redis) -> int:
+    """Return how many commands a waiter could poll a lock with have run (scripts, reads of
+    the key), leaving out connection handshakes and the test's own INFO calls."""
+    stats = redis.info("commandstats")
+    polling = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_get", "cmdstat_exists", "cmdstat_pttl")
+    return sum(int(stats[name]["calls"]) for name in polling if name in stats)
+
+
 def test_waiter_is_woken_by_the_release_not_by_polling(url, redis):
     async def scenario():
         client = await _client(url)
@@ -71,9 +79,9 @@ def test_waiter_is_woken_by_the_release_not_by_polling(url, redis):
         while not (subscribers(redis, "aio-wake") == 1 and script_calls(redis) >= 3):
             assert time.monotonic() < deadline, "the waiter did not park"
             await asyncio.sleep(0.01)
-        calls_while_parked = sum(s["calls"] for s in redis.info("commandstats").values())
+        calls_while_parked = lock_commands(redis)
         await asyncio.sleep(1.0)
-        calls_later = sum(s["calls"] for s in redis.info("commandstats").values())
+        calls_later = lock_commands(redis)
         released_at = time.monotonic()
         assert await holder.release()
         assert await asyncio.wait_for(task, 5) is True
@@ -83,7 +91,10 @@ def test_waiter_is_woken_by_the_release_not_by_polling(url, redis):
         return calls_later - calls_while_parked, handoff
 
     idle_commands, handoff = run(scenario())
-    assert idle_commands <= 2  # the INFO call itself: nothing polls while the waiter parks
+    # Nothing polls while the waiter parks: a poller every 10 ms would send about 100 in the
+    # second. One is allowed: on Redis 6.2 a script's first EVALSHA (NOSCRIPT) counts as a
+    # call, so the park condition can hold before the waiter's re-check after subscribing.
+    assert idle_commands <= 1
     assert handoff < 2.0  # woken by the release: unwoken, it would sleep to its 10 s timeout
 
 
