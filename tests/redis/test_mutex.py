@@ -236,24 +236,29 @@ def test_killed_holders_lock_key_is_gone_after_its_ttl(redis, redis_url):
         assert Mutex(redis, name).acquire(blocking=False) is True
 
 
-def test_waiter_wakes_at_the_holders_expiry_without_polling(redis):
-    # The waiter must try and park before the holder's TTL runs out: 1.5 s leaves room for a
-    # slow thread start on a loaded machine.
-    ttl = 1.5
-    holder = Mutex(redis, "expiring", ttl=ttl)
-    assert holder.acquire()
-    redis.config_resetstat()
-    waiter = Waiter(redis, "expiring", ttl=5, timeout=10)
-    waiter.start()
-    waiter.join(10)
+def test_waiter_wakes_at_the_holders_expiry_without_polling(fresh_redis_server):
+    # A server of its own (no other test's client talks to it), and a TTL that leaves the
+    # waiter room to try and park first, even when a loaded machine starts its thread late.
+    ttl = 3.0
+    redis = redis_py.Redis.from_url(fresh_redis_server.url)
+    try:
+        holder = Mutex(redis, "expiring", ttl=ttl)
+        assert holder.acquire()
+        redis.config_resetstat()
+        waiter = Waiter(redis, "expiring", ttl=5, timeout=30)
+        waiter.start()
+        waiter.join(40)
 
-    assert waiter.error is None
-    assert waiter.acquired is True
-    assert waiter.finished_at - waiter.started_at < ttl + 1.0  # not its timeout (10 s)
-    # First SET NX, the one after subscribing, the one at the expiry: nothing in between.
-    assert script_calls(redis) == 3
-    assert holder.release() is False
-    assert waiter.mutex.owned() is True
+        assert waiter.error is None
+        assert waiter.acquired is True
+        assert waiter.finished_at - waiter.started_at < ttl + 10  # not its timeout (30 s)
+        # First SET NX, the one after subscribing, the one at the expiry: nothing in between.
+        assert script_calls(redis) == 3
+        assert holder.release() is False
+        assert waiter.mutex.owned() is True
+        assert waiter.mutex.release() is True
+    finally:
+        redis.close()
 
 
 # -- 4. wake-ups ----------------------------------------------------------------------------
