@@ -45,6 +45,8 @@ _random = random.Random()
 
 # A subscribe is a connect, a handshake and a confirmation: this many server timeouts.
 _SUBSCRIBE_ROUND_TRIPS = 3
+#: Seconds a release keeps asking the servers that did not answer in time (within the validity).
+_RELEASE_PATIENCE = 2.0
 
 
 class Redlock(LockHolder, rules.RedlockBase):
@@ -314,17 +316,27 @@ class Redlock(LockHolder, rules.RedlockBase):
         many no longer held it (the lock was lost).
 
         A server that did not answer in time (each gets only ``server_timeout``) is asked
-        again after a back-off while the hold is still valid by our clock, as the renewal
-        does; a busy machine's slow answers are not a lost lock. Past the validity the keys
-        left expire by themselves, and the release says False: it cannot tell.
+        again after a back-off while the hold is still valid by our clock, and for at most
+        ``_RELEASE_PATIENCE`` seconds: a busy machine's slow answers are not a lost lock, and
+        a release must not hold its caller for a whole TTL. Asked again, a server says "not
+        ours" when the unanswered release did reach it (it deleted the key; its answer came
+        too late): a key nobody holds there any more counts as released, one another holder
+        took does not. Past that, the keys left expire by themselves, and the release says
+        False: it cannot tell.
         """
         valid_until = self._valid_until
+        if valid_until is not None:
+            valid_until = min(valid_until, time.monotonic() + _RELEASE_PATIENCE)
         pending: list[int] = list(range(len(self.clients)))
         released = 0
         backoff = Backoff(cap=self.ttl / 3)
         while True:
+            asked_again = backoff.failures > 0
             replies = await self._release_replies(pending, token, message)
             released += sum(1 for reply in replies if reply == 1)
+            if asked_again:
+                said_no = [i for i, reply in zip(pending, replies, strict=True) if reply == 0]
+                released += await self._free_on(said_no)
             pending = [i for i, reply in zip(pending, replies, strict=True) if reply is None]
             if released >= self.quorum:
                 return True
@@ -335,13 +347,21 @@ class Redlock(LockHolder, rules.RedlockBase):
             retry_in = rules.renewal_retry_in(valid_for, backoff.next_delay(), round_time)
             if retry_in is None:
                 return False
-            logger.debug(
+            log = logger.debug if asked_again else logger.warning
+            log(
                 "stampede: releasing Redlock %r reached too few servers in time; trying again"
                 " in %.3f s",
                 self.name,
                 retry_in,
             )
             await sleep(retry_in)
+
+    async def _free_on(self, indexes: list[int]) -> int:
+        """Return on how many of the servers at ``indexes`` nobody holds the lock's key."""
+        if not indexes:
+            return 0
+        replies = await self._ask(lambda server: server.exists(self._lock_key), indexes)
+        return sum(1 for reply in replies if reply == 0)
 
     async def _release_replies(self, indexes: list[int], token: str, message: bytes) -> list[Any]:
         """Return each server's answer to the release (1: ours, released; 0: not ours; None:

