@@ -62,6 +62,13 @@ def heard(logger_name: str, text: str):
         logger.removeHandler(listener)
 
 
+def assert_held_by_majority(holders: list[bytes | None], token: bytes) -> None:
+    """A majority of the five servers holds ``token``, and none holds anyone else's: a server
+    that missed a round (each gets 50 ms) may have let its copy expire, which is allowed."""
+    assert holders.count(token) >= 3, holders
+    assert set(holders) <= {token, None}, holders
+
+
 def valid_until(lock) -> float:
     """Return the ``time.monotonic()`` at which ``lock``'s hold stops being valid."""
     return time.monotonic() + lock.validity
@@ -341,7 +348,7 @@ def test_auto_renew_tries_again_while_valid_when_a_majority_misses_a_round(quoru
         wait_until(lambda: valid_until(lock) > missed_at + 0.5, "a later round renewed it")
     assert calls == []
     assert lock.lost is False
-    assert holders_of(quorum, "renewal-retried") == [token] * 5
+    assert_held_by_majority(holders_of(quorum, "renewal-retried"), token)
     assert lock.release() is True
 
 
@@ -372,24 +379,26 @@ def test_async_auto_renew_tries_again_while_valid_when_a_majority_misses_a_round
 
     async def scenario() -> None:
         clients = async_clients(quorum)
-        lock = AsyncRedlock(
-            clients, "aio-renewal-retried", ttl=6, auto_renew=True, on_lost=calls.append
-        )
-        with heard("stampede.aio.redlock", MISSED_ROUND) as missed:
-            assert await lock.acquire()
-            token = lock.token.encode()
-            quorum.freeze(0, 1, 2)
-            assert await asyncio.to_thread(missed.wait, SLACK), "no renewal round was missed"
-            missed_at = valid_until(lock)
-            quorum.thaw(0, 1, 2)
-            deadline = time.monotonic() + SLACK
-            while valid_until(lock) <= missed_at + 0.5 and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
-        assert valid_until(lock) > missed_at + 0.5, "no later round renewed it"
-        assert lock.lost is False
-        assert holders_of(quorum, "aio-renewal-retried") == [token] * 5
-        assert await lock.release() is True
-        await close_all(clients)
+        try:
+            lock = AsyncRedlock(
+                clients, "aio-renewal-retried", ttl=6, auto_renew=True, on_lost=calls.append
+            )
+            with heard("stampede.aio.redlock", MISSED_ROUND) as missed:
+                assert await lock.acquire()
+                token = lock.token.encode()
+                quorum.freeze(0, 1, 2)
+                assert await asyncio.to_thread(missed.wait, SLACK), "no renewal round was missed"
+                missed_at = valid_until(lock)
+                quorum.thaw(0, 1, 2)
+                deadline = time.monotonic() + SLACK
+                while valid_until(lock) <= missed_at + 0.5 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+            assert valid_until(lock) > missed_at + 0.5, "no later round renewed it"
+            assert lock.lost is False
+            assert_held_by_majority(holders_of(quorum, "aio-renewal-retried"), token)
+            assert await lock.release() is True
+        finally:
+            await close_all(clients)  # also when an assertion fails: no socket outlives the test
 
     asyncio.run(scenario())
     assert calls == []
