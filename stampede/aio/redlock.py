@@ -318,11 +318,12 @@ class Redlock(LockHolder, rules.RedlockBase):
         A server that did not answer in time (each gets only ``server_timeout``) is asked
         again after a back-off while the hold is still valid by our clock, and for at most
         ``_RELEASE_PATIENCE`` seconds: a busy machine's slow answers are not a lost lock, and
-        a release must not hold its caller for a whole TTL. Asked again, a server says "not
-        ours" when the unanswered release did reach it (it deleted the key; its answer came
-        too late): a key nobody holds there any more counts as released, one another holder
-        took does not. Past that, the keys left expire by themselves, and the release says
-        False: it cannot tell.
+        a release must not hold its caller for a whole TTL. Asked again, a server that says
+        "not ours" counts as released: a round is asked again only while the hold is valid,
+        when none of our keys can have expired yet, so the unanswered release did reach it
+        (its answer came too late) and a contender woken by that release may already have
+        set its own token there, which the release leaves alone. Past the patience, the keys
+        left expire by themselves, and the release says False: it cannot tell.
         """
         valid_until = self._valid_until
         if valid_until is not None:
@@ -335,8 +336,7 @@ class Redlock(LockHolder, rules.RedlockBase):
             replies = await self._release_replies(pending, token, message)
             released += sum(1 for reply in replies if reply == 1)
             if asked_again:
-                said_no = [i for i, reply in zip(pending, replies, strict=True) if reply == 0]
-                released += await self._free_on(said_no)
+                released += sum(1 for reply in replies if reply == 0)
             pending = [i for i, reply in zip(pending, replies, strict=True) if reply is None]
             if released >= self.quorum:
                 return True
@@ -355,13 +355,6 @@ class Redlock(LockHolder, rules.RedlockBase):
                 retry_in,
             )
             await sleep(retry_in)
-
-    async def _free_on(self, indexes: list[int]) -> int:
-        """Return on how many of the servers at ``indexes`` nobody holds the lock's key."""
-        if not indexes:
-            return 0
-        replies = await self._ask(lambda server: server.exists(self._lock_key), indexes)
-        return sum(1 for reply in replies if reply == 0)
 
     async def _release_replies(self, indexes: list[int], token: str, message: bytes) -> list[Any]:
         """Return each server's answer to the release (1: ours, released; 0: not ours; None:

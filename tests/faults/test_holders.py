@@ -66,12 +66,13 @@ def wait_for_waiters(redis, waiters: Herd) -> None:
 
 
 @MODES
-@pytest.mark.fault("SIGKILL of the holder process mid-load (LOCK_TTL=1 s)")
+@pytest.mark.fault("SIGKILL of the holder process mid-load (LOCK_TTL=3 s)")
 def test_waiters_are_served_within_about_the_lock_ttl_after_the_holder_is_killed(
     mode, redis, redis_url, figure
 ):
     """Waiters in 2 processes are all served after about LOCK_TTL; 2 loader calls; no lock left."""
-    lock_ttl = 1.0
+    # Renewed every second until the kill: a loaded machine's stall cannot lose it before.
+    lock_ttl = 3.0
     setting = workers.caches_config(redis_url, LOCK_TTL=lock_ttl, WAIT_TIMEOUT=10)
     holder_loader = held_loader(redis_url)
     waiter_loader = Loader(value="from-waiter", url=redis_url)
@@ -170,19 +171,21 @@ def test_a_resumed_holders_late_commit_writes_nothing_and_keeps_the_second_holde
 
 @MODES
 @pytest.mark.fault(
-    "SIGSTOP of the holder past LOCK_TTL=0.5 s; resumed after a second holder filled the key"
+    "SIGSTOP of the holder past LOCK_TTL=2 s; resumed after a second holder filled the key"
     " and while a third party holds the key's lock"
 )
 def test_a_resumed_holders_late_commit_keeps_the_newer_value_and_the_held_lock(
     mode, redis, redis_url, parent_cache, figure
 ):
     """Late commit refused: the newer value stays; the lock held since keeps its token and TTL."""
-    options = {"LOCK_TTL": 0.5, "WAIT_TIMEOUT": 10}
+    # 2 s: the second holder's fill commits within its lock on a loaded machine. The third
+    # party's lock outlives any stall of the late holder's resume, so only a release could end it.
+    options = {"LOCK_TTL": 2, "WAIT_TIMEOUT": 10}
     setting = workers.caches_config(redis_url, **options)
     cache = parent_cache(**options)
     first_loader = held_loader(redis_url, value="first")
     second_loader = Loader(value="second", url=redis_url)
-    lock = cache.mutex(KEY, ttl=5)
+    lock = cache.mutex(KEY, ttl=60)
     pid, held_token = 0, None
     with (
         Herd(setting, mode, KEY, first_loader) as first,
@@ -211,7 +214,7 @@ def test_a_resumed_holders_late_commit_keeps_the_newer_value_and_the_held_lock(
     assert value_after == "second"  # the newer value stays
     assert held_token is not None
     assert lock_after == held_token.encode()  # the late commit released nothing
-    assert 0 < pttl_after <= 5000
+    assert 0 < pttl_after <= 60_000
     assert released  # and the lock is still ours to release
     assert calls(redis) == 2
     figure("loader calls", calls(redis))
