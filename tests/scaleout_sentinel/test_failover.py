@@ -62,6 +62,7 @@ def phase_figures(
     here = [r for r in requests if start <= r[1] < end]
     loaded = [run for run in loads if start <= run[1] < end]
     failed = [r for r in here if r[3] != "value"]
+    unprotected = [r for r in here if r[5]]  # Redis failed: loaded under ON_REDIS_ERROR
     seconds = max(end - start, 1e-9)
     expiries = len(KEYS) * seconds / TIMEOUT
     return {
@@ -69,6 +70,7 @@ def phase_figures(
         "requests": len(here),
         "failed requests": len(failed),
         "errors": sorted({r[4] for r in failed}),
+        "requests Redis failed": len(unprotected),
         "loader calls": len(loaded),
         "loader calls per key per expiry": round(len(loaded) / expiries, 3),
         "overlapping loads": len(overlapping(loaded)),
@@ -149,12 +151,15 @@ def test_primary_killed_mid_stampede_fails_over_and_protection_resumes(
 
     requests = [request for _, _, batch, _ in churn for request in batch]
     loads = [run for _, _, _, batch in churn for run in batch]
-    bad = [r[2] for r in requests if r[3] != "value" and r[1] >= killed_at]
+    # Protection resumes once no request fails, meets a Redis error (a process's pooled
+    # connections to the dead primary each fail once, after the promotion, and such a request
+    # loads unprotected) or runs a load beside another of its key.
+    bad = [r[2] for r in requests if (r[3] != "value" or r[5]) and r[2] >= killed_at]
     bad += [run[2] for run in overlapping(loads) if run[1] >= killed_at]
     recovered_at = max(bad, default=killed_at)
     figures = {
         "failover (kill -> sentinels name the replica)": round(promoted_at - killed_at, 3),
-        "recovery (kill -> end of the last failed or overlapping call)": round(
+        "recovery (kill -> end of the last failed, unprotected or overlapping call)": round(
             recovered_at - killed_at, 3
         ),
         "before the kill": phase_figures(requests, loads, started, killed_at),
@@ -173,6 +178,9 @@ def test_primary_killed_mid_stampede_fails_over_and_protection_resumes(
     assert slowest < WAIT_TIMEOUT + SLACK, summary
     assert figures["before the kill"]["failed requests"] == 0, summary
     assert figures["before the kill"]["overlapping loads"] == 0, summary
+    # Every process is back on the promoted replica within 6 s of the promotion (8 s of churn
+    # follow it): a process that kept failing would leave no phase after the outage.
+    assert figures["after"]["seconds"] >= 2.0, summary
     assert figures["after"]["failed requests"] == 0, summary
     assert figures["after"]["overlapping loads"] == 0, summary
     # At most one load per key per expiry (plus one per key where the phase begins).

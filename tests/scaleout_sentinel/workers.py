@@ -20,6 +20,7 @@ from typing import Any
 
 from django.core.cache import caches
 
+from stampede.core import events
 from tests.django.workers import outcome, setup_django
 from tests.helpers import in_threads
 from tests.scaleout_sentinel.cluster import SERVICE
@@ -76,7 +77,8 @@ def churn_then_cold_stampede(
     Churn: each thread cycles through ``keys`` (a ``timeout``-second value, so they keep
     expiring and being refilled), a few milliseconds apart. Its loader records (key, start,
     end) and takes ``load_seconds``. Each thread puts ``("churn", pid, requests, loads)`` on
-    ``results``: requests are (key, start, end, outcome kind, error type).
+    ``results``: requests are (key, start, end, outcome kind, error type, whether Redis failed
+    during it: a ``redis_error`` event, after which ON_REDIS_ERROR="load" loads unprotected).
 
     Cold stampede: the loader counts in ``cold_calls`` (shared memory) and holds until every
     caller of every process has arrived, so none comes late and finds the fill done. Each
@@ -84,6 +86,14 @@ def churn_then_cold_stampede(
     """
     setup_django(caches_setting)
     pid = os.getpid()
+    # Events are emitted in the caller's thread: a thread-local flag marks this thread's request.
+    redis_failed = threading.local()
+
+    def note_redis_errors(event: str, **payload: Any) -> None:
+        if event == "redis_error":
+            redis_failed.during_request = True
+
+    events.listen(note_redis_errors)
     with ready.get_lock():
         ready.value += 1
     cache = caches["default"]
@@ -106,11 +116,12 @@ def churn_then_cold_stampede(
                     loads.append((key, began, time.monotonic()))
                 return f"{key}@{began}"
 
+            redis_failed.during_request = False
             began = time.monotonic()
             got = outcome(lambda key=key, load=load: cache.get_or_set(key, load, timeout))
             ended = time.monotonic()
             error = None if got[0] == "value" else got[1]
-            requests.append((key, began, ended, got[0], error))
+            requests.append((key, began, ended, got[0], error, redis_failed.during_request))
             time.sleep(0.005)
         results.put(("churn", pid, requests, loads))
 
