@@ -164,11 +164,20 @@ def test_waiters_raise_wait_timeout_and_the_slow_holder_still_stores_its_value(
         [holder] = herd.results(1)
         herd.join()
     waits = [r.seconds for r in waiters]
+    waits_by_process: dict[int, list[float]] = {}
+    for waiter in waiters:
+        waits_by_process.setdefault(waiter.pid, []).append(waiter.seconds)
 
     assert [r.outcome[:2] for r in waiters] == [("raised", WAIT_ERROR)] * 11
     assert holder.outcome == ("value", "slow but stored")
     assert loader_calls(redis) == 1
-    assert min(waits) >= wait_timeout - 0.01  # nobody gave up early
+    # Nobody gave up early. In the holder's process each caller waits WAIT_TIMEOUT from its own
+    # arrival; elsewhere the first caller waits WAIT_TIMEOUT for the fill in Redis and the ones
+    # that joined it later share its answer (fill/local.py's follower rule), so the longest wait
+    # of each process is the one bounded below (its callers do not all start at once).
+    assert min(waits_by_process[holder.pid]) >= wait_timeout - 0.01
+    assert all(max(w) >= wait_timeout - 0.01 for w in waits_by_process.values())
+    assert len(waits_by_process) == 3
     assert max(waits) < wait_timeout + 10  # catches a hang only
     cache = parent_cache(**options)
     assert cache.get_or_set(KEY, lambda: "reloaded", 60) == "slow but stored"
