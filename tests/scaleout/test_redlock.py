@@ -103,7 +103,13 @@ def test_racy_increments_from_4_processes_are_exact_with_all_5_servers_up(quorum
     fences = [int(token) for token in counter.lrange("fences", 0, -1)]
     assert len(fences) == 240
     assert all(earlier < later for earlier, later in itertools.pairwise(fences))
-    assert holders_of(quorum, "counter-lock") == [None] * 5
+    # Released on a majority at once; a server that answered the last release late loses the
+    # key by the release or by its 10 s TTL: none outlives that.
+    wait_until(
+        lambda: holders_of(quorum, "counter-lock") == [None] * 5,
+        "every server's key released or expired",
+        10 + SLACK,
+    )
 
 
 @pytest.mark.slow
@@ -126,7 +132,11 @@ def test_racy_increments_stay_exact_with_2_of_5_servers_stopped(quorum):
     assert int(counter.get("counter")) == 240
     fences = [int(token) for token in counter.lrange("fences", 0, -1)]
     assert all(earlier < later for earlier, later in itertools.pairwise(fences))
-    assert holders_of(quorum, "counter-lock") == [None] * 3
+    wait_until(
+        lambda: holders_of(quorum, "counter-lock") == [None] * 3,
+        "every server's key released or expired",
+        10 + SLACK,
+    )
 
 
 @pytest.mark.slow
@@ -149,7 +159,9 @@ def test_async_tasks_in_3_processes_never_overlap_and_fences_increase(quorum):
 
 def test_with_3_of_5_servers_hung_acquire_returns_false_in_time_and_leaves_no_key(quorum):
     quorum.freeze(0, 1, 2)
-    lock = Redlock(quorum.clients, "no-quorum", ttl=30)
+    # 0.5 s per server (not 50 ms): the live ones answer, and the lost vote's release reaches
+    # them, however busy the machine is; the hung ones cost 1.5 s a vote.
+    lock = Redlock(quorum.clients, "no-quorum", ttl=30, server_timeout=0.5)
     started = time.monotonic()
     assert lock.acquire(timeout=1.0) is False
     assert time.monotonic() - started < 1.0 + SLACK
@@ -163,7 +175,7 @@ def test_with_3_of_5_servers_hung_acquire_returns_false_in_time_and_leaves_no_ke
 
 def test_with_3_of_5_servers_down_acquire_returns_false_in_time_and_leaves_no_key(quorum):
     quorum.down(1, 2, 4)
-    lock = Redlock(quorum.clients, "no-quorum", ttl=30)
+    lock = Redlock(quorum.clients, "no-quorum", ttl=30, server_timeout=0.5)
     started = time.monotonic()
     assert lock.acquire(timeout=1.0) is False
     assert time.monotonic() - started < 1.0 + SLACK
@@ -172,10 +184,10 @@ def test_with_3_of_5_servers_down_acquire_returns_false_in_time_and_leaves_no_ke
 
 def test_a_hung_server_costs_a_vote_no_more_than_its_server_timeout(quorum):
     quorum.freeze(0, 1)
-    lock = Redlock(quorum.clients, "hung", ttl=30, server_timeout=0.1)
+    lock = Redlock(quorum.clients, "hung", ttl=30, server_timeout=0.5)
     started = time.monotonic()
     assert lock.acquire(blocking=False) is True
-    assert time.monotonic() - started < 0.5 + SLACK
+    assert time.monotonic() - started < 2 * 0.5 + SLACK
     assert 0 < lock.validity < 30
     assert holders_of(quorum, "hung") == [lock.token.encode()] * 3
     assert lock.release() is True
@@ -240,7 +252,7 @@ def test_release_and_extend_by_an_expired_holder_leave_the_new_holders_lock(quor
 
 def test_release_of_a_lock_taken_over_returns_false_and_leaves_it(quorum):
     name = "taken-over"
-    first = Redlock(quorum.clients, name, ttl=30)
+    first = Redlock(quorum.clients, name, ttl=30, server_timeout=5)  # every server answers
     assert first.acquire()
     for client in quorum.clients[:3]:  # another holder took a majority (e.g. after expiry)
         client.set(lock_key(name), "someone-else")
@@ -253,8 +265,9 @@ def test_release_of_a_lock_taken_over_returns_false_and_leaves_it(quorum):
 
 
 def test_a_non_owner_cannot_release_and_a_second_acquirer_is_refused(quorum):
-    holder = Redlock(quorum.clients, "owned")
-    other = Redlock(quorum.clients, "owned")
+    # 5 s per server: all five answer however busy the machine is (the test checks all five).
+    holder = Redlock(quorum.clients, "owned", server_timeout=5)
+    other = Redlock(quorum.clients, "owned", server_timeout=5)
     assert holder.acquire(blocking=False)
     with pytest.raises(RuntimeError):
         other.release()
@@ -604,7 +617,7 @@ def test_async_auto_renew_keeps_the_lock_then_reports_the_majority_lost(quorum):
         lock = AsyncRedlock(clients, "aio-renewed", ttl=3, auto_renew=True, on_lost=called.append)
         assert await lock.acquire()
         await asyncio.sleep(6.5)  # past twice the ttl: only renewals keep it
-        assert holders_of(quorum, "aio-renewed") == [lock.token.encode()] * 5
+        assert_held_by_majority(holders_of(quorum, "aio-renewed"), lock.token.encode())
         assert lock.lost is False
         quorum.down(1, 2, 3)
         deadline = time.monotonic() + 1 + SLACK
