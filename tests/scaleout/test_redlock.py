@@ -15,6 +15,7 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 import redis as redis_py
@@ -45,14 +46,18 @@ def holders_of(quorum, name) -> list[bytes | None]:
 
 
 @contextlib.contextmanager
-def heard(logger_name: str, text: str):
-    """Yield an event set once ``logger_name`` logs a line containing ``text``."""
+def heard(logger_name: str, text: str, then: Callable[[], None] | None = None):
+    """Yield an event set once ``logger_name`` logs a line containing ``text``; the first
+    such line also runs ``then`` in the logging thread, before the logging call returns."""
     event = threading.Event()
 
     class Listener(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
-            if text in record.getMessage():
-                event.set()
+            if text not in record.getMessage() or event.is_set():
+                return
+            event.set()
+            if then is not None:
+                then()
 
     listener = Listener()
     logger = logging.getLogger(logger_name)
@@ -357,27 +362,17 @@ def contender_woken_by_a_late_release(quorum, logger_name: str, name: str, token
     contender = b"contender-token"
     key = lock_key(name)
     frozen = (2, 3, 4)
-    acted = threading.Event()
 
-    class Contender(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if "releasing Redlock" not in record.getMessage() or acted.is_set():
-                return
-            acted.set()
-            quorum.thaw(*frozen)
-            for client in [quorum.clients[index] for index in frozen]:
-                wait_until(lambda c=client: c.get(key) != token, "the late release ran there")
-                assert client.set(key, contender, nx=True, px=30_000)
+    def contend() -> None:
+        quorum.thaw(*frozen)
+        for client in [quorum.clients[index] for index in frozen]:
+            wait_until(lambda c=client: c.get(key) != token, "the late release ran there")
+            assert client.set(key, contender, nx=True, px=30_000)
 
-    handler = Contender()
-    logger = logging.getLogger(logger_name)
-    logger.addHandler(handler)
-    quorum.freeze(*frozen)
-    try:
+    with heard(logger_name, "releasing Redlock", then=contend) as asked_again:
+        quorum.freeze(*frozen)
         yield contender
-    finally:
-        logger.removeHandler(handler)
-    assert acted.is_set(), "the release never asked again"
+    assert asked_again.is_set(), "the release never asked again"
 
 
 def warm_release_script(quorum) -> None:
