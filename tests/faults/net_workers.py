@@ -69,12 +69,20 @@ def timed_fills(
     started: Any,
     results: Any,
     proceed: Any = None,
+    barrier: Any = None,
 ) -> None:
     """``threads`` threads call ``get_or_load(key)``; each puts ``(outcome, seconds)`` on
-    ``results``. The loader counts its call, sets ``started`` and waits for ``proceed``."""
+    ``results``. The loader counts its call, sets ``started`` and waits for ``proceed``.
+
+    With a ``barrier``, the calls begin once every party has met there (after this process
+    has configured Django): processes that start seconds apart on a busy machine then call
+    at the same moment.
+    """
     setup_django(caches_setting)
     loader = counted_loader(count_url, counter, value, 0, started, proceed)
     cache = caches["default"]
+    if barrier is not None:
+        barrier.wait(60)
 
     def call() -> None:
         began = time.monotonic()

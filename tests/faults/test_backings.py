@@ -186,7 +186,9 @@ def test_a_db_cache_holder_paused_between_its_check_and_its_write_overwrites_the
     redis, redis_url, tmp_path, figure
 ):
     """Check and write are two steps off Redis: the late write lands over the newer value."""
-    site = _site("db", redis_url, tmp_path, LOCK_TTL=1.0, WAIT_TIMEOUT=10)
+    # The holder must still own its lock at its check, after the setup below: a 3 s lock,
+    # renewed every second, is lost only to a renewal 2 s late (1 s lost to a loaded machine).
+    site = _site("db", redis_url, tmp_path, LOCK_TTL=3.0, WAIT_TIMEOUT=10)
     database = site["DATABASES"]["default"]["NAME"]
     started, proceed, results = SPAWN.Event(), SPAWN.Event(), SPAWN.Queue()
     first = _start(

@@ -306,12 +306,16 @@ def silence_while_waiting(start_redis, proxy_to, spawn, waiters: int, threads: i
     )  # fmt: skip
     assert holder_started.wait(60), "the holder's loader never started"
     waiter_started = SPAWN.Event()  # kept alive while the children start
+    # The waiters call together: each stops listening WAIT_TIMEOUT after it began to wait, so
+    # processes that started seconds apart would never all be listening at once.
+    together = SPAWN.Barrier(waiters + 1)
     for _ in range(waiters):
         spawn(
             net_workers.timed_fills,
             setting, server.url, "silent", "loads:silent", "own", threads, waiter_started,
-            waiter_results,
+            waiter_results, None, together,
         )  # fmt: skip
+    together.wait(60)
     wait_until(lambda: subscribers(client, ":1:silent") == waiters, "every waiter listens")
     silenced_at = time.monotonic()
     proxy.new_connections = "blackhole"
