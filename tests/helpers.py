@@ -11,6 +11,7 @@ Rule: no Celery and no Django here, so every test package can import this module
 from __future__ import annotations
 
 import ast
+import dataclasses
 import multiprocessing
 import threading
 import time
@@ -23,6 +24,7 @@ from typing import Any
 import redis as redis_py
 
 from stampede.core import keys
+from stampede.core.flight import SYSTEM_CLOCK, Clock
 from stampede.io import clients
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -193,3 +195,12 @@ def stop_server(server: Any) -> None:
     this process reconnecting to it."""
     release_servers(server.port)
     server.stop()
+
+
+def shifted_clock(shift: list[float]) -> Clock:
+    """The real clock, ``shift[0]`` seconds off on the wall: soft expiry without waiting.
+
+    Give it to a filler (``cache.filler.clock``); change ``shift[0]`` to move its time.
+    Redis's own expiry still runs on the real clock, so only the logical clock moves.
+    """
+    return dataclasses.replace(SYSTEM_CLOCK, wall=lambda: time.time() + shift[0])

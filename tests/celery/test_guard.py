@@ -27,7 +27,7 @@ from stampede.lock.guard import (
     release_held_by,
     requeue_mark,
 )
-from tests.helpers import call_together, run_concurrently
+from tests.helpers import call_together, run_concurrently, subscribers, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,17 +81,20 @@ def test_a_waiting_holder_gets_the_guard_when_the_first_releases(redis):
 
     thread = threading.Thread(target=second)
     thread.start()
+    # The second waits for the release: it listens on the lock's wake-ups before it goes.
+    wait_until(lambda: subscribers(redis, first.name) == 1, "the second holder waits")
     order.append("first")
     first.__exit__(None, None, None)
     thread.join(30)
+    assert not thread.is_alive()
     assert order == ["first", "second"]
 
 
 def test_the_lock_is_renewed_while_held(redis):
-    ttl = 1.5
+    ttl = 3.0
     with stampede.guard("slow", client=redis, ttl=ttl) as held:
-        # Renewed every ttl / 3 = 0.5 s, the lock is lost only if a renewal is a full 1 s late.
-        # Unrenewed, it is gone 1.5 s after the acquire: before the final check (>= 2 s).
+        # Renewed every ttl / 3 = 1 s, the lock is lost only if a renewal is a full 2 s late.
+        # Unrenewed, it is gone 3 s after the acquire: before the final check (>= 3.5 s).
         token = redis.get(keys.lock_key(held.name))
         deadline = time.monotonic() + ttl + 0.5
         while time.monotonic() < deadline:
@@ -267,12 +270,9 @@ def test_a_running_job_is_reported_instead_of_a_new_mark(redis):
 
 
 def test_a_mark_expires_with_its_ttl(redis):
-    assert mark_queued(redis, "job", "a", ttl=1.0) is None
-    assert 0 < redis.pttl(queued_key("job")) <= 1000  # its own ttl, with 1 s to read it
-    deadline = time.monotonic() + 10
-    while queued_job(redis, "job") is not None:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    assert mark_queued(redis, "job", "a", ttl=2.0) is None
+    assert 0 < redis.pttl(queued_key("job")) <= 2000  # its own ttl, with 2 s to read it
+    wait_until(lambda: queued_job(redis, "job") is None, "the mark expired", 10)
     assert mark_queued(redis, "job", "b", ttl=30) is None
 
 

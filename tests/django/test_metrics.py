@@ -9,7 +9,6 @@ waits for the other's fill through Redis, as another process would.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
@@ -23,7 +22,7 @@ from stampede import events, metrics
 from stampede.testing import free_port
 from tests.django import workers
 from tests.django.workers import HeldFill, two_caches
-from tests.helpers import call_together, command_calls, wait_until
+from tests.helpers import call_together, command_calls, shifted_clock, wait_until
 
 COUNTER = "loader-calls"
 COUNTERS = {
@@ -152,7 +151,9 @@ def test_key_label_maps_keys_to_groups(settings, redis, redis_url, registry):
 def test_a_wait_past_wait_timeout_is_exported_and_its_load_counted(
     settings, redis, redis_url, registry
 ):
-    settings.CACHES = two_caches(redis_url, WAIT_TIMEOUT=0.2, ON_TIMEOUT="load")
+    # 2 s: the waiter must get as far as its wait (lost attempt, subscription, peek) before
+    # the time-out runs out, or it times out without having waited, on a loaded machine.
+    settings.CACHES = two_caches(redis_url, WAIT_TIMEOUT=2, ON_TIMEOUT="load")
     metrics.install(registry)
     with HeldFill(caches["default"], "k", redis_url, COUNTER):
         impatient = caches["other"].get_or_set("k", workers.counted_loader(redis_url, COUNTER, "2"))
@@ -191,9 +192,11 @@ def test_a_stale_value_served_while_refreshing_is_exported(settings, redis, redi
     settings.CACHES = workers.caches_config(redis_url, GRACE=60, BACKGROUND=True)
     metrics.install(registry)
     cache = caches["default"]
-    assert cache.get_or_set("k", lambda: redis.incr(COUNTER), 0.05) == 1
-    time.sleep(0.1)  # past the soft expiry (0.05 s), well within the grace
-    assert cache.get_or_set("k", lambda: redis.incr(COUNTER), 0.05) == 1  # stale, at once
+    shift = [0.0]
+    cache.filler.clock = shifted_clock(shift)
+    assert cache.get_or_set("k", lambda: redis.incr(COUNTER), 60) == 1
+    shift[0] = 61.0  # past the soft expiry (60 s), well within the grace
+    assert cache.get_or_set("k", lambda: redis.incr(COUNTER), 60) == 1  # stale, at once
     wait_until(lambda: value(registry, "stampede_load_seconds_count") == 2, "the refresh ran")
     assert int(redis.get(COUNTER)) == 2
     assert sum(loader_calls_by_key(registry).values()) == 2

@@ -9,21 +9,20 @@ a proxy (silent): then ``TTL`` bounds a copy's life.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import multiprocessing
 import os
 import pickle
+import threading
 import time
 
 import pytest
 import redis as redis_py
 from django.core.exceptions import ImproperlyConfigured
 
-from stampede.core.flight import SYSTEM_CLOCK, Clock
 from tests.django import near_workers, workers
 from tests.faults.proxy import Proxy
-from tests.helpers import wait_until
+from tests.helpers import shifted_clock, wait_until
 
 NEAR = {"MAXSIZE": 100, "TTL": 5.0}
 SPAWN = multiprocessing.get_context("spawn")
@@ -166,11 +165,6 @@ def test_a_flushed_database_flushes_the_copies(near_cache, redis):
     near_cache.get("k")
     redis.flushdb()
     wait_until(lambda: near_cache.get("k") is None, "FLUSHDB to show")
-
-
-def shifted_clock(shift: list[float]) -> Clock:
-    """The real clock, ``shift[0]`` seconds ahead on the wall: soft expiry without waiting."""
-    return dataclasses.replace(SYSTEM_CLOCK, wall=lambda: time.time() + shift[0])
 
 
 def test_the_fill_drops_the_stale_copy(near_cache):
@@ -382,21 +376,31 @@ def test_a_prefix_tracked_during_the_handshake_is_armed(redis, redis_url):
     pool = redis.connection_pool
     tracker = Tracker(pool.connection_class, pool.connection_kwargs)
     opened = tracker._open
+    opens: list[tuple[bytes, ...]] = []
+    opening, proceed = threading.Event(), threading.Event()
 
-    def slow_open(prefixes):
-        time.sleep(0.5)  # the second prefix arrives while the first connection is made
+    def held_open(prefixes):
+        # The first connection's handshake is held until the second prefix has arrived.
+        opens.append(prefixes)
+        if len(opens) == 1:
+            opening.set()
+            assert proceed.wait(30), "the test never let the first handshake go on"
         return opened(prefixes)
 
-    tracker._open = slow_open
+    tracker._open = held_open
     first, second = NearCache(10, 5), NearCache(10, 5)
     try:
         tracker.track("a:", first)
-        time.sleep(0.1)
+        assert opening.wait(30), "the tracker never began its first handshake"
         tracker.track("b:", second)
+        proceed.set()
         wait_until(lambda: first.armed and second.armed, "both near caches armed")
+        # The first connection, made for "a:" alone, was replaced by one for both.
+        assert opens[:2] == [(b"a:",), (b"a:", b"b:")]
         redis.set("b:key", "x")
         second.admit("b:key", b"x", second.stamp(), None)
         redis.set("b:key", "y")
         wait_until(lambda: second.lookup("b:key") is None, "the second prefix's report")
     finally:
+        proceed.set()
         tracker.close()

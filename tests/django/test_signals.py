@@ -9,7 +9,7 @@ from collections import defaultdict
 import pytest
 
 from stampede import events, signals
-from tests.helpers import call_together, subscribers, wait_until
+from tests.helpers import call_together, shifted_clock, subscribers, wait_until
 
 
 @pytest.fixture
@@ -88,12 +88,14 @@ def test_a_waiter_in_another_flight_reports_its_wait(make_cache, received, redis
 
 def test_serving_a_stale_value_is_reported(make_cache, received):
     cache = make_cache(GRACE=30)
-    cache.get_or_load("signals-stale", lambda: "old", timeout=0.1)
-    time.sleep(0.15)
+    shift = [0.0]
+    cache.filler.clock = shifted_clock(shift)
+    cache.get_or_load("signals-stale", lambda: "old", timeout=60)
+    shift[0] = 61.0  # past the soft expiry (60 s), well within the grace
     holder = cache.mutex("signals-stale", ttl=30)  # someone else is refreshing
     assert holder.acquire()
     try:
-        assert cache.get_or_load("signals-stale", lambda: "new", timeout=0.1) == "old"
+        assert cache.get_or_load("signals-stale", lambda: "new", timeout=60) == "old"
     finally:
         holder.release()
     assert len(received["stale_served"]) == 1

@@ -32,11 +32,19 @@ import redis as redis_py
 from django.core.cache import caches
 
 import stampede
+from stampede.core import keys
 from stampede.lock.guard import Guard, holder_of
 from stampede.testing import RedisServer, RedisServerStartError, find_redis_server, free_port
 from tests.django import workers
 from tests.faults import net_workers
-from tests.helpers import SPAWN, run_concurrently, wait_until
+from tests.helpers import (
+    SPAWN,
+    command_calls,
+    run_concurrently,
+    shifted_clock,
+    subscribers,
+    wait_until,
+)
 
 #: The commands django-stampede sends, for a Redis ACL user (Redis 7.0; see ACL_RULE).
 ACL_COMMANDS = (
@@ -110,6 +118,19 @@ def timed(durations: dict[str, float], name: str, call: Callable[[], Any]) -> An
         return call()
     finally:
         durations[name] = time.monotonic() - started
+
+
+def script_calls(client: redis_py.Redis) -> int:
+    """Return how many Lua calls (EVALSHA, EVAL) the server has run: each lock attempt is one."""
+    calls = command_calls(client)
+    return calls.get("evalsha", 0) + calls.get("eval", 0)
+
+
+def parked(client: redis_py.Redis, name: str, calls_before: int) -> bool:
+    """Return True once a blocked acquirer of lock ``name`` is parked: subscribed to the lock's
+    release channel, and its attempt after the subscription made (its first attempt and that
+    one are two Lua calls since ``calls_before``). A release from then on is what wakes it."""
+    return subscribers(client, name) >= 1 and script_calls(client) >= calls_before + 2
 
 
 # -- wrong credentials ----------------------------------------------------------------------------
@@ -211,7 +232,13 @@ def step_plain_cache() -> None:
     backing.delete("plain")
 
 
-def step_fill_with_a_waiter() -> None:
+def until_or_refused(client: redis_py.Redis, predicate: Callable[[], bool], what: str) -> None:
+    """Wait until ``predicate()`` holds, or until ACL LOG shows a denial for the user: without
+    one of its commands, a step may never get there, and the denial is what the test seeks."""
+    wait_until(lambda: predicate() or bool(denials(client)), what, HANG)
+
+
+def step_fill_with_a_waiter(client: redis_py.Redis) -> None:
     """A fill by "default" while "other" waits for it through Redis (pub/sub wake-up)."""
     started, proceed = threading.Event(), threading.Event()
     loads = []
@@ -225,7 +252,8 @@ def step_fill_with_a_waiter() -> None:
     holder = workers.Background(lambda: caches["default"].get_or_set("fill", lambda: load("h"), 60))
     assert started.wait(10)
     waiter = workers.Background(lambda: caches["other"].get_or_set("fill", lambda: load("w"), 60))
-    time.sleep(0.3)  # the waiter subscribes; if it cannot, it still ends within WAIT_TIMEOUT
+    name = caches["other"].make_key("fill")
+    until_or_refused(client, lambda: subscribers(client, name) >= 1, "the waiter subscribed")
     proceed.set()
     assert holder.result() == ("value", "filled")
     assert waiter.result()[0] == "value"
@@ -236,9 +264,17 @@ def step_grace_refresh() -> None:
     its lock and channel are ``app:1:user{42}:graced:lock``/``:done``, no braces added)."""
     cache = caches["default"]
     key = "user{42}:graced"
-    assert cache.get_or_load(key, lambda: 1, timeout=0.2, grace=30) == 1
-    time.sleep(0.3)
-    assert cache.get_or_load(key, lambda: 2, timeout=0.2, grace=30) in (1, 2)
+    # The fill's own clock is moved past the soft expiry instead of waiting for it; Redis
+    # keeps the value for timeout + grace of real time, so it is still there, stale.
+    filler, shift = cache.filler, [0.0]
+    clock = filler.clock
+    filler.clock = shifted_clock(shift)
+    try:
+        assert cache.get_or_load(key, lambda: 1, timeout=60, grace=300) == 1
+        shift[0] = 61.0
+        assert cache.get_or_load(key, lambda: 2, timeout=60, grace=300) in (1, 2)
+    finally:
+        filler.clock = clock
     assert cache.get(key) == 2
 
 
@@ -250,7 +286,7 @@ def step_delete_voids_fills() -> None:
     assert cache.get("gone") is None
 
 
-def step_mutex() -> None:
+def step_mutex(client: redis_py.Redis) -> None:
     """cache.mutex(): fencing, locked/owned, extend, and a blocked acquirer woken by the release."""
     cache = caches["default"]
     first = cache.mutex("mutex", ttl=30)
@@ -259,21 +295,39 @@ def step_mutex() -> None:
     assert first.locked() and first.owned()
     assert first.extend()
     second = cache.mutex("mutex", ttl=30)
-    blocked = workers.Background(lambda: second.acquire(timeout=5))
-    time.sleep(0.2)
+    name, calls_before = cache.make_key("mutex"), script_calls(client)
+    blocked = workers.Background(lambda: second.acquire(timeout=HANG))
+    until_or_refused(client, lambda: parked(client, name, calls_before), "the acquirer parked")
     assert first.release()
     assert blocked.result() == ("value", True)
     assert second.release()
 
 
-def step_guards(url: str) -> None:
+def step_guards(url: str, client: redis_py.Redis) -> None:
     """stampede.guard, and a Guard with a holder record renewed while held."""
     with stampede.guard("nightly{eu}", url=url, ttl=5) as held:
         assert held.fencing_token
-    labelled = Guard("labelled", 0.3, url=url, holder="worker-1")
+    labelled = Guard("labelled", 3, url=url, holder="worker-1")
     with labelled:
-        time.sleep(0.25)  # renewed (lock and holder record) at least once
+        records = (keys.lock_key(labelled.name), keys.holder_key(labelled.name))
+        until_or_refused(client, renewed(client, records), "the lock and holder record renewed")
         assert holder_of(labelled.client, labelled.name) == "worker-1"
+
+
+def renewed(client: redis_py.Redis, records: tuple[str, ...]) -> Callable[[], bool]:
+    """Return a predicate, true once each of ``records`` was renewed since this call: a key's
+    PTTL only falls between renewals, so a reading above an earlier one is a renewal."""
+    lowest = [client.pttl(record) for record in records]
+    seen = [False] * len(records)
+
+    def predicate() -> bool:
+        for i, record in enumerate(records):
+            ms = client.pttl(record)
+            seen[i] = seen[i] or ms > lowest[i]
+            lowest[i] = min(lowest[i], ms)
+        return all(seen)
+
+    return predicate
 
 
 def step_celery_task_guard(url: str) -> None:
@@ -310,13 +364,15 @@ def step_async_fill() -> None:
     assert asyncio.run(fill()) == "a"
 
 
-def steps(url: str) -> list[tuple[str, Callable[[], None]]]:
+def steps(url: str, client: redis_py.Redis) -> list[tuple[str, Callable[[], None]]]:
+    """The features, each run as the user of ``url``; ``client`` (the default user's) only
+    watches the server, so that none of its commands is counted as the library's."""
     return [
-        ("fill with a waiter", step_fill_with_a_waiter),
+        ("fill with a waiter", lambda: step_fill_with_a_waiter(client)),
         ("grace refresh", step_grace_refresh),
         ("delete", step_delete_voids_fills),
-        ("mutex", step_mutex),
-        ("guards", lambda: step_guards(url)),
+        ("mutex", lambda: step_mutex(client)),
+        ("guards", lambda: step_guards(url, client)),
         ("celery task guard", lambda: step_celery_task_guard(url)),
         ("async fill", step_async_fill),
         ("plain RedisCache get/set/delete", step_plain_cache),
@@ -336,7 +392,7 @@ def test_acl_user_with_the_documented_rule_runs_everything(start_redis, settings
 
     settings.CACHES = user_caches(url)
     client.script_flush()  # every script is loaded again by the fallbacks (EVAL, SCRIPT LOAD)
-    for _, step in steps(url):
+    for _, step in steps(url, client):
         step()
     wait_until(lambda: client.pubsub_channels() == [], "every listener unsubscribed")
 
@@ -356,7 +412,7 @@ def test_acl_each_documented_command_is_used(start_redis, settings, command, fig
     client = admin(server)
     settings.CACHES = user_caches(url)
     refused_in = None
-    for name, step in steps(url):
+    for name, step in steps(url, client):
         # The refusal may surface as a redis error, a timeout, or a wrong answer.
         with contextlib.suppress(Exception):
             step()
@@ -462,13 +518,15 @@ def tls_url(port: int, ca: Path | None) -> str:
     return f"{url}?ssl_ca_certs={quote(str(ca), safe='/')}&ssl_cert_reqs=required"
 
 
-def blocked_lock_woken(cache: Any) -> float:
-    """Hold cache.mutex("tls"), block a second acquirer on it, release; return how long the
-    blocked one took to get it after the release."""
+def blocked_lock_woken(cache: Any, client: redis_py.Redis) -> float:
+    """Hold cache.mutex("tls-mutex"), block a second acquirer on it, release once it is parked;
+    return how long the blocked one took to get it after the release. ``client`` watches the
+    lock's server over plain TCP."""
     first, second = cache.mutex("tls-mutex"), cache.mutex("tls-mutex")
     assert first.acquire()
+    name, calls_before = cache.make_key("tls-mutex"), script_calls(client)
     blocked = workers.Background(lambda: (second.acquire(timeout=HANG), time.monotonic()))
-    time.sleep(0.3)
+    wait_until(lambda: parked(client, name, calls_before), "the acquirer parked", HANG)
     released = time.monotonic()
     assert first.release()
     (kind, (acquired, at)) = blocked.result()
@@ -487,7 +545,7 @@ def test_tls_redis_cache_herd_and_mutex(start_redis, tls_files, settings, figure
     assert int(admin(server).get("loads")) == 1
 
     settings.CACHES = workers.caches_config(url)
-    woken = blocked_lock_woken(caches["default"])
+    woken = blocked_lock_woken(caches["default"], admin(server))
     on_tls = [c for c in admin(server).client_list() if c["laddr"].endswith(f":{port}")]
     assert on_tls, "no connection on the TLS port"
     figure("herd loader calls", 1)
@@ -498,7 +556,8 @@ def test_tls_redis_cache_herd_and_mutex(start_redis, tls_files, settings, figure
 @pytest.mark.fault("TLS: locks at a rediss:// LOCK_URL, values in a locmem cache")
 def test_tls_lock_url_fill_and_mutex(start_redis, tls_files, settings, figure):
     """Two caches over one locmem, 4 threads each, one cold key: 1 load; a blocked lock is woken."""
-    _, port = start_tls(start_redis, tls_files)
+    server, port = start_tls(start_redis, tls_files)
+    client = admin(server)
     lock_url = tls_url(port, tls_files["ca.pem"])
     # Two StampedeCaches over one locmem store (as two processes share a memcached): each
     # coalesces its own callers, and they meet only at the lock.
@@ -514,10 +573,13 @@ def test_tls_lock_url_fill_and_mutex(start_redis, tls_files, settings, figure):
     caches["backing"].clear()
     loads = []
     everyone = threading.Barrier(8)
+    name = caches["default"].make_key("cold")
 
     def load() -> str:
         loads.append(1)
-        time.sleep(0.5)
+        # Held until the other cache's callers wait for it at the lock (subscribed to its
+        # release): the two caches meet only there.
+        wait_until(lambda: subscribers(client, name) >= 1, "the other cache waiting", HANG)
         return "value"
 
     def call(alias: str) -> Any:
@@ -527,7 +589,7 @@ def test_tls_lock_url_fill_and_mutex(start_redis, tls_files, settings, figure):
     results = [workers.Background(lambda a=a: call(a)) for a in ["default", "other"] * 4]
     assert [r.result() for r in results] == [("value", "value")] * 8
     assert len(loads) == 1
-    woken = blocked_lock_woken(caches["default"])
+    woken = blocked_lock_woken(caches["default"], client)
     with stampede.guard("tls", url=lock_url) as held:
         assert held.fencing_token
     figure("loader calls", len(loads))

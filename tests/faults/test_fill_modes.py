@@ -23,6 +23,7 @@ import redis as redis_py
 
 from stampede.core import keys, meta
 from stampede.core.envelope import Failure
+from stampede.core.flight import SYSTEM_CLOCK
 from tests.django import workers
 from tests.faults.holder_workers import (
     Herd,
@@ -32,7 +33,7 @@ from tests.faults.holder_workers import (
     loads_per_process,
     peeked,
 )
-from tests.helpers import SPAWN, subscribers, wait_until
+from tests.helpers import SPAWN, shifted_clock, subscribers, wait_until
 
 KEY = "report:42"
 FULL_KEY = ":1:report:42"  # Django's default KEY_FUNCTION, empty KEY_PREFIX, VERSION 1
@@ -229,14 +230,16 @@ def test_within_grace_every_caller_but_the_refresher_gets_the_stale_value_at_onc
     mode, redis, redis_url, parent_cache, figure
 ):
     """29 callers get the stale value while the refresh is held open; exactly one refreshes."""
-    options = {"GRACE": 30, "EARLY_REFRESH_BETA": 0}
+    options = {"GRACE": 300, "EARLY_REFRESH_BETA": 0}
     cache = parent_cache(**options)
-    assert cache.get_or_set(KEY, lambda: "old", 0.5) == "old"
-    stale_from = time.time() + 0.5
+    # Written by a clock 65 s behind: its soft expiry (60 s) passed 5 s ago on every other
+    # clock, and its grace has minutes left, however long the processes take to start.
+    cache.filler.clock = shifted_clock([-65.0])
+    assert cache.get_or_set(KEY, lambda: "old", 60) == "old"
+    cache.filler.clock = SYSTEM_CLOCK
     setting = workers.caches_config(redis_url, **options)
     loader = blocking_first(redis_url, value="new")
     with Herd(setting, mode, KEY, loader, processes=3, callers=10, timeout=0.5) as herd:
-        wait_until(lambda: time.time() > stale_from + 0.05, "the value is stale", timeout=10)
         herd.start()
         # The refresh cannot end before these answers: a caller that waited for it would
         # never answer, so 29 answers prove that nobody did.

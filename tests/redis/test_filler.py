@@ -9,14 +9,19 @@ import asyncio
 import pickle
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import pytest
 import redis as redis_py
 import redis.asyncio as aredis
 
 from stampede import DontCache, Filler, FillOptions, RedisStore, ReentrantLoad, aio
-from stampede.core.keys import CacheKey, lock_key
+from stampede.core import events
+from stampede.core.keys import CacheKey, done_channel, lock_key
+from stampede.core.wakeup import RELEASED
+from stampede.io import scripts
 from tests.aio import workers as aio_workers
 from tests.helpers import call_together, run_concurrently, subscribers, wait_until
 from tests.redis import workers
@@ -205,17 +210,60 @@ def hold_lock(redis, name: str, seconds: float) -> None:
     assert redis.set(lock_key(name), "another process", nx=True, px=int(seconds * 1000))
 
 
+def release_lock(redis, name: str) -> None:
+    """Release the lock of ``hold_lock`` as its holder would: its waiters are woken."""
+    args = ("another process", done_channel(name), RELEASED)
+    assert scripts.run(redis, scripts.RELEASE, (lock_key(name),), args)
+
+
+class Arrivals:
+    """When each follower of this process joined a flight of ``key`` (``coalesced`` events)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.times: list[float] = []
+        self._changed = threading.Condition()
+
+    def __call__(self, event: str, key: object = None, **payload: object) -> None:
+        if event == "coalesced" and key == self.key:
+            with self._changed:
+                self.times.append(time.monotonic())
+                self._changed.notify_all()
+
+    def wait_for(self, count: int, timeout: float = 30) -> list[float]:
+        """Return the arrival times once ``count`` followers have joined."""
+        with self._changed:
+            assert self._changed.wait_for(lambda: len(self.times) >= count, timeout), (
+                f"{len(self.times)} of {count} followers joined the flight"
+            )
+            return list(self.times)
+
+
+@contextmanager
+def arrivals(key: str) -> Iterator[Arrivals]:
+    listener = Arrivals(key)
+    events.listen(listener)
+    try:
+        yield listener
+    finally:
+        events.unlisten(listener)
+
+
 def test_followers_of_a_leader_waiting_on_another_process_share_its_timed_out_load(redis):
     hold_lock(redis, "k", 120)
-    filler = Filler(RedisStore(redis), FillOptions(wait_timeout=2.0, on_timeout="load"))
+    wait_timeout = 2.0
+    filler = Filler(RedisStore(redis), FillOptions(wait_timeout=wait_timeout, on_timeout="load"))
     loads: list[float] = []
 
     def load() -> list:
         loads.append(time.monotonic())
-        time.sleep(1.5)  # unlocked: its followers wait for it, past their own deadline
+        # Unlocked: its followers wait for it, and it lasts until a second past their own
+        # deadline (a follower that applied on_timeout then would load for itself).
+        last = max(joined.wait_for(3))
+        wait_until(lambda: time.monotonic() > last + wait_timeout + 1.0, "past their deadline")
         return ["loaded", len(loads)]
 
-    with ThreadPoolExecutor(4) as pool:
+    with arrivals("k") as joined, ThreadPoolExecutor(4) as pool:
         started = time.monotonic()
         leader = pool.submit(filler.get_or_load, "k", load, timeout=60)
         wait_until(lambda: subscribers(redis, "k") == 1, "the leader waits for the lock")
@@ -230,10 +278,10 @@ def test_followers_of_a_leader_waiting_on_another_process_share_its_timed_out_lo
 
 
 def test_followers_past_their_deadline_time_out_when_the_leader_starts_its_locked_load(redis):
-    # The leader (wait_timeout 60) waits out the other process's lock, then loads under the
+    # The leader (wait_timeout 60) waits for the other process's lock, then loads under the
     # lock and stays there; its followers (wait_timeout 0.5) wait without a deadline until
     # then, past their own, and time out as soon as it takes the lock.
-    hold_lock(redis, "k", 2.5)
+    hold_lock(redis, "k", 120)
     filler = Filler(RedisStore(redis), FillOptions(on_timeout="load"))
     loading, release = threading.Event(), threading.Event()
 
@@ -243,23 +291,27 @@ def test_followers_past_their_deadline_time_out_when_the_leader_starts_its_locke
         return "leader's"
 
     def follow() -> tuple[str, float]:
-        started = time.monotonic()
         value = filler.get_or_load("k", lambda: "own", timeout=60, wait_timeout=0.5)
-        return value, time.monotonic() - started
+        return value, time.monotonic()
 
-    with ThreadPoolExecutor(3) as pool:
+    with arrivals("k") as joined, ThreadPoolExecutor(3) as pool:
         leader = pool.submit(filler.get_or_load, "k", slow_load, timeout=60, wait_timeout=60)
         wait_until(lambda: subscribers(redis, "k") == 1, "the leader waits for the lock")
         followers = [pool.submit(follow) for _ in range(2)]
+        last = max(joined.wait_for(2))
+        wait_until(lambda: time.monotonic() > last + 0.5 + 0.5, "past the followers' deadline")
+        assert not any(follower.done() for follower in followers)
+        released_at = time.monotonic()
+        release_lock(redis, "k")  # the other process is done: the leader takes the lock
         got = [follower.result(60) for follower in followers]  # the leader is still loading
         assert loading.is_set()
         release.set()
         assert leader.result(60) == "leader's"
 
     assert [value for value, _ in got] == ["own", "own"]
-    # Their deadline passed while the leader waited (the lock had about 2 s left): they did
-    # not apply on_timeout then.
-    assert min(waited for _, waited in got) > 1.0
+    # Their deadline passed while the leader waited: they did not apply on_timeout then, only
+    # once it loaded under the lock.
+    assert min(finished for _, finished in got) > released_at
 
 
 def test_followers_of_a_slow_holder_time_out_at_their_wait_timeout(redis):
@@ -292,17 +344,22 @@ def test_async_followers_of_a_leader_waiting_on_another_process_share_its_timed_
     redis, redis_url
 ):
     hold_lock(redis, "k", 120)
+    wait_timeout = 2.0
     loads: list[float] = []
 
     async def load() -> list:
         loads.append(time.monotonic())
-        await asyncio.sleep(1.5)  # unlocked: its followers wait for it, past their own deadline
+        # Unlocked: its followers wait for it, and it lasts until a second past their own
+        # deadline (a follower that applied on_timeout then would load for itself).
+        await until(lambda: len(joined.times) == 3, "the followers joined the flight")
+        last = max(joined.times)
+        await until(lambda: time.monotonic() > last + wait_timeout + 1.0, "past their deadline")
         return ["loaded", len(loads)]
 
     async def main() -> tuple[float, list]:
         client = aredis.Redis.from_url(redis_url)
         filler = aio.Filler(
-            aio.RedisStore(client), FillOptions(wait_timeout=2.0, on_timeout="load")
+            aio.RedisStore(client), FillOptions(wait_timeout=wait_timeout, on_timeout="load")
         )
         started = time.monotonic()
         leader = asyncio.ensure_future(filler.get_or_load("k", load, timeout=60))
@@ -312,7 +369,8 @@ def test_async_followers_of_a_leader_waiting_on_another_process_share_its_timed_
         await client.aclose()
         return started, got
 
-    started, got = asyncio.run(main())
+    with arrivals("k") as joined:
+        started, got = asyncio.run(main())
 
     assert len(loads) == 1  # the leader's, after its wait timed out; no follower loaded
     assert loads[0] - started >= 2.0 - 0.01
@@ -324,9 +382,9 @@ def test_async_followers_of_a_leader_waiting_on_another_process_share_its_timed_
 def test_async_followers_past_their_deadline_time_out_when_the_leader_starts_its_locked_load(
     redis, redis_url
 ):
-    hold_lock(redis, "k", 2.5)
+    hold_lock(redis, "k", 120)
 
-    async def main() -> tuple[str, list]:
+    async def main() -> tuple[str, list, float]:
         client = aredis.Redis.from_url(redis_url)
         filler = aio.Filler(aio.RedisStore(client), FillOptions(on_timeout="load"))
         loading, release = asyncio.Event(), asyncio.Event()
@@ -340,26 +398,35 @@ def test_async_followers_past_their_deadline_time_out_when_the_leader_starts_its
             return "own"
 
         async def follow() -> tuple[str, float]:
-            started = time.monotonic()
             value = await filler.get_or_load("k", own, timeout=60, wait_timeout=0.5)
-            return value, time.monotonic() - started
+            return value, time.monotonic()
 
         leader = asyncio.ensure_future(
             filler.get_or_load("k", slow_load, timeout=60, wait_timeout=60)
         )
         await until(lambda: subscribers(redis, "k") == 1, "the leader waits for the lock")
-        got = await asyncio.wait_for(asyncio.gather(follow(), follow()), 60)
+        followers = asyncio.gather(follow(), follow())
+        await until(lambda: len(joined.times) == 2, "the followers joined the flight")
+        last = max(joined.times)
+        await until(lambda: time.monotonic() > last + 0.5 + 0.5, "past the followers' deadline")
+        assert not followers.done()
+        released_at = time.monotonic()
+        release_lock(redis, "k")  # the other process is done: the leader takes the lock
+        got = await asyncio.wait_for(followers, 60)
         assert loading.is_set()  # the leader is still loading
         release.set()
         value = await asyncio.wait_for(leader, 60)
         await client.aclose()
-        return value, got
+        return value, got, released_at
 
-    value, got = asyncio.run(main())
+    with arrivals("k") as joined:
+        value, got, released_at = asyncio.run(main())
 
     assert value == "leader's"
     assert [value for value, _ in got] == ["own", "own"]
-    assert min(waited for _, waited in got) > 1.0  # not at their own deadline (0.5 s)
+    # Not at their own deadline (0.5 s), which passed while the leader waited; only once it
+    # loaded under the lock.
+    assert min(finished for _, finished in got) > released_at
 
 
 def test_async_followers_of_a_slow_holder_time_out_at_their_wait_timeout(redis, redis_url):

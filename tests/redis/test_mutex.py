@@ -23,6 +23,7 @@ import redis as redis_py
 from stampede import LockLost, LockTimeout, Mutex
 from stampede.core.keys import fence_key, lock_key
 from stampede.io import scripts
+from stampede.lock import watchdog
 from tests.helpers import SPAWN, call_together, run_concurrently, subscribers, wait_until
 from tests.redis import workers
 from tests.redis.support import (
@@ -224,14 +225,17 @@ def test_waiter_acquires_soon_after_a_killed_holders_ttl_runs_out(redis, redis_u
 
 @pytest.mark.slow
 def test_killed_holders_lock_key_is_gone_after_its_ttl(redis, redis_url):
-    name, ttl = "killed-holder-no-waiter", 1.0
+    # The kill and the PTTL must come before the child's TTL runs out: seconds, not one.
+    name, ttl = "killed-holder-no-waiter", 2.0
     with holder_in_a_child(redis_url, name, ttl) as child:
         os.kill(child.pid, signal.SIGKILL)
         child.join(10)
         left_ms = redis.pttl(lock_key(name))
         assert 0 < left_ms <= ttl * 1000
-        time.sleep(left_ms / 1000 + 0.05)  # nothing to be woken by: we wait out the TTL itself
-        assert redis.exists(lock_key(name)) == 0
+        # Nothing renews or releases it: Redis drops it at its TTL (the bound catches a hang).
+        wait_until(
+            lambda: not redis.exists(lock_key(name)), "the dead holder's lock expired", ttl + 10
+        )
         assert redis.pttl(lock_key(name)) == -2
         assert Mutex(redis, name).acquire(blocking=False) is True
 
@@ -362,28 +366,51 @@ def test_auto_renew_keeps_the_lock_past_its_ttl(redis):
     assert redis.exists(lock_key(name)) == 0
 
 
-def test_failed_renewal_marks_the_lock_lost_and_calls_on_lost_once(redis):
+def test_failed_renewal_marks_the_lock_lost_and_calls_on_lost_once(fresh_redis_server):
+    # A server of its own: every script run it counts is this mutex's.
     name = "renewal-refused"
     calls: list[Mutex] = []
-    called = threading.Event()
+    redis = redis_py.Redis.from_url(fresh_redis_server.url)
+    try:
+        # 3 s, renewed every second: only the probe's delete can end it, not a late renewal.
+        mutex = Mutex(redis, name, ttl=3, auto_renew=True, on_lost=calls.append)
+        interval = mutex.ttl / 3
+        assert mutex.acquire()
+        # A probe on the process's one renewal thread, which runs what falls due in order of
+        # due time. Its first call deletes the lock, between two renewals, and comes back one
+        # interval later: after the mutex's next renewal, already due within one interval,
+        # which is refused. Its second call comes back two intervals later: after any retry
+        # of that renewal, which would fall due one interval after the refusal.
+        seen: list[tuple[list[Mutex], int]] = []
+        errors: list[Exception] = []
+        done = threading.Event()
 
-    def on_lost(mutex: Mutex) -> None:
-        calls.append(mutex)
-        called.set()
+        def probe() -> bool | float:
+            try:
+                if not seen:
+                    redis.delete(lock_key(name))
+                seen.append((list(calls), script_calls(redis)))
+                if len(seen) < 3:
+                    return interval if len(seen) == 1 else 2 * interval
+            except Exception as exc:
+                errors.append(exc)
+            done.set()
+            return False
 
-    mutex = Mutex(redis, name, ttl=1, auto_renew=True, on_lost=on_lost)
-    assert mutex.acquire()
-    redis.delete(lock_key(name))
-    deleted_at = time.monotonic()
-
-    assert called.wait(1.5), "on_lost was not called"
-    assert time.monotonic() - deleted_at < 1.5
-    assert mutex.lost is True
-    time.sleep(0.8)  # more than two renewal intervals: the refused renewal is not retried
-    assert calls == [mutex]
-    assert mutex.release() is False
-    assert calls == [mutex]
-    assert redis.exists(lock_key(name)) == 0
+        watchdog.schedule(probe, 0)
+        assert done.wait(30), "the probe never ran"
+        assert errors == []
+        (before, _), (after_renewal, runs), (later, runs_later) = seen
+        assert before == []
+        assert after_renewal == [mutex]  # reported by the first renewal after the delete
+        assert mutex.lost is True
+        assert runs_later == runs  # the refused renewal is not retried
+        assert later == [mutex]
+        assert mutex.release() is False
+        assert calls == [mutex]
+        assert redis.exists(lock_key(name)) == 0
+    finally:
+        redis.close()
 
 
 def test_leaving_a_with_block_whose_lock_was_lost_raises_lock_lost(redis):
@@ -399,7 +426,7 @@ def test_leaving_a_with_block_whose_renewal_was_refused_raises_lock_lost(redis):
     mutex = Mutex(redis, name, ttl=1, auto_renew=True, on_lost=lambda _: called.set())
     with pytest.raises(LockLost), mutex:
         redis.delete(lock_key(name))
-        assert called.wait(1.5)
+        assert called.wait(10)  # the next renewal, a third of a second away, is refused
         assert mutex.lost is True
 
 

@@ -15,7 +15,6 @@ import pickle
 import secrets
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from stampede.core.envelope import Envelope
 from stampede.core.keys import done_channel, lock_key, meta_key
 from stampede.io import scripts
 from stampede.testing import RedisServer
+from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = ":1:soak:k0"
@@ -72,12 +72,14 @@ def _commit(client, token: str, record: Envelope, ttl_ms: int = 5000) -> bool:
 def test_the_audit_is_quiet_on_correct_use_and_reads_the_soft_expiry(audited):
     auditor, client = audited
     first, second = secrets.token_hex(16), secrets.token_hex(16)
-    assert _acquire(client, first, ttl_ms=200)
+    # Seconds to live while the lock must still be held; the renewal then shortens it to 1 s,
+    # which the test waits out on the server.
+    assert _acquire(client, first, ttl_ms=5000)
     assert not _acquire(client, second)  # lost: the holder keeps it
-    assert scripts.run(client, scripts.EXTEND, (LOCK, b"{:1:soak:k0}:fence"), (first, 200))
+    assert scripts.run(client, scripts.EXTEND, (LOCK, b"{:1:soak:k0}:fence"), (first, 1000))
     assert not scripts.run(client, scripts.RELEASE, (LOCK,), (second, "ch", "m"))  # refused
-    time.sleep(0.3)  # the first holder's lock expires ...
-    assert _acquire(client, second)  # ... and the second takes it
+    wait_until(lambda: not client.exists(LOCK), "the first holder's lock expired", 10)
+    assert _acquire(client, second, ttl_ms=5000)  # ... and the second takes it
     envelope = Envelope(("v", 1), 1234.5, 0.01)
     assert not _commit(client, first, envelope)  # the old holder's commit is refused
     assert _commit(client, second, envelope)
