@@ -29,8 +29,11 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from celery import Task, signals
-from celery.utils import uuid
+try:
+    from celery import Task, signals
+    from celery.utils import uuid
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError("stampede.celery needs Celery: pip install django-stampede[celery]") from exc
 from redis.exceptions import RedisError
 
 from ..lock.guard import (

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 pytest.importorskip("celery")  # skips this module only: test_guard.py needs no Celery
@@ -209,3 +212,18 @@ def test_a_task_used_while_celery_is_still_binding_it_has_its_options(app):
     cls._single_flight_options = SingleFlightOptions()  # as before on_bound ran
     options = task._options_with(None)
     assert options.at_enqueue is True and options.ttl == 7
+
+
+def test_import_without_celery_says_how_to_install_it():
+    probe = (
+        "import sys\n"
+        "sys.modules['celery'] = None\n"
+        "try:\n"
+        "    import stampede.celery\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert "pip install django-stampede[celery]" in result.stdout
