@@ -13,6 +13,8 @@ from __future__ import annotations
 import ast
 import dataclasses
 import multiprocessing
+import subprocess
+import sys
 import threading
 import time
 import traceback
@@ -168,6 +170,13 @@ def command_calls(client) -> dict[str, int]:
     return calls
 
 
+def script_calls(client) -> int:
+    """Return how many script runs (EVALSHA or EVAL) the server counts: each lock attempt,
+    renewal or release is one."""
+    calls = command_calls(client)
+    return calls.get("evalsha", 0) + calls.get("eval", 0)
+
+
 def numsub(client, channel: str | bytes) -> int:
     """Return how many connections are subscribed to ``channel``."""
     [(_, count)] = client.pubsub_numsub(channel)
@@ -204,3 +213,20 @@ def shifted_clock(shift: list[float]) -> Clock:
     Redis's own expiry still runs on the real clock, so only the logical clock moves.
     """
     return dataclasses.replace(SYSTEM_CLOCK, wall=lambda: time.time() + shift[0])
+
+
+def import_error_without(module: str, missing: str) -> str:
+    """Return the ImportError message of ``import module`` in a fresh interpreter where
+    ``missing`` (an extra's dependency) cannot be imported ("" if the import succeeds)."""
+    probe = (
+        "import sys\n"
+        f"sys.modules[{missing!r}] = None\n"
+        "try:\n"
+        f"    import {module}\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    return result.stdout

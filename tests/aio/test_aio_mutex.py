@@ -14,8 +14,7 @@ from stampede import LockLost, LockTimeout
 from stampede.aio import Mutex
 from stampede.core.keys import lock_key
 from tests.aio import workers
-from tests.helpers import run_concurrently, subscribers
-from tests.redis.support import script_calls
+from tests.helpers import run_concurrently, script_calls, subscribers
 
 
 def run(coroutine):

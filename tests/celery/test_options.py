@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 pytest.importorskip("celery")  # skips this module only: test_guard.py needs no Celery
@@ -13,6 +10,7 @@ from celery import Celery
 
 from stampede.celery import SingleFlightTask
 from stampede.celery.options import NAME_PREFIX, SingleFlightOptions
+from tests.helpers import import_error_without
 
 pytestmark = pytest.mark.celery
 
@@ -215,15 +213,6 @@ def test_a_task_used_while_celery_is_still_binding_it_has_its_options(app):
 
 
 def test_import_without_celery_says_how_to_install_it():
-    probe = (
-        "import sys\n"
-        "sys.modules['celery'] = None\n"
-        "try:\n"
-        "    import stampede.celery\n"
-        "except ImportError as exc:\n"
-        "    print(exc)\n"
+    assert "pip install django-stampede[celery]" in import_error_without(
+        "stampede.celery", "celery"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert "pip install django-stampede[celery]" in result.stdout

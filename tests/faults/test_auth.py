@@ -39,8 +39,8 @@ from tests.django import workers
 from tests.faults import net_workers
 from tests.helpers import (
     SPAWN,
-    command_calls,
     run_concurrently,
+    script_calls,
     shifted_clock,
     subscribers,
     wait_until,
@@ -118,12 +118,6 @@ def timed(durations: dict[str, float], name: str, call: Callable[[], Any]) -> An
         return call()
     finally:
         durations[name] = time.monotonic() - started
-
-
-def script_calls(client: redis_py.Redis) -> int:
-    """Return how many Lua calls (EVALSHA, EVAL) the server has run: each lock attempt is one."""
-    calls = command_calls(client)
-    return calls.get("evalsha", 0) + calls.get("eval", 0)
 
 
 def parked(client: redis_py.Redis, name: str, calls_before: int) -> bool:

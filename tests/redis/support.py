@@ -39,12 +39,6 @@ def round_trips(client) -> int:
     return sum(n for command, n in command_calls(client).items() if command not in NOT_COUNTED)
 
 
-def script_calls(client) -> int:
-    """Return how many script runs (EVALSHA or EVAL) were sent since the last RESETSTAT."""
-    calls = command_calls(client)
-    return calls.get("evalsha", 0) + calls.get("eval", 0)
-
-
 def password_clients(server, *, impatient: bool = False) -> tuple[redis_py.Redis, redis_py.Redis]:
     """Return ``(admin, client)`` of ``server``, which now requires the password "first".
 

@@ -24,13 +24,19 @@ from stampede import LockLost, LockTimeout, Mutex
 from stampede.core.keys import fence_key, lock_key
 from stampede.io import scripts
 from stampede.lock import watchdog
-from tests.helpers import SPAWN, call_together, run_concurrently, subscribers, wait_until
+from tests.helpers import (
+    SPAWN,
+    call_together,
+    run_concurrently,
+    script_calls,
+    subscribers,
+    wait_until,
+)
 from tests.redis import workers
 from tests.redis.support import (
     listener_reconnects_into_a_frozen_server,
     password_clients,
     round_trips,
-    script_calls,
 )
 
 # -- helpers --------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 
 from stampede.contrib import zookeeper
 from stampede.contrib.zookeeper import ZooKeeperLock, lock_path, node_name
+from tests.helpers import import_error_without
 
 
 @pytest.mark.parametrize(
@@ -69,18 +70,9 @@ def test_forked_child_gets_a_session_of_its_own(zk_hosts, name):
 
 
 def test_import_without_kazoo_says_how_to_install_it():
-    probe = (
-        "import sys\n"
-        "sys.modules['kazoo'] = None\n"
-        "try:\n"
-        "    import stampede.contrib.zookeeper\n"
-        "except ImportError as exc:\n"
-        "    print(exc)\n"
+    assert "pip install django-stampede[zookeeper]" in import_error_without(
+        "stampede.contrib.zookeeper", "kazoo"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert "pip install django-stampede[zookeeper]" in result.stdout
 
 
 def test_module_imports_neither_redis_django_nor_celery():
