@@ -8,26 +8,38 @@ Authorization``) land on the response as they would under ``cache_page``; the pa
 captures says the key and the timeout. So the next Django security release applies here
 unchanged.
 
-Rule: what Django refuses is never shared. Ours is a floor beneath it, stricter than Django
-only: a page that sets a cookie but does not vary on ``Cookie`` is never shared, and neither is
-a page refused by the rules Django added in its 2026 security releases (``private``,
-``no-cache``, ``no-store`` in any case; ``Vary: *``; a response to a request bearing
-``Authorization`` that neither is ``public`` nor varies on it). On a Django that has those
-rules (5.2.19, 6.0.10, 6.1.3 on) the floor never decides: Django refused first. On an older one
-(all of 4.2) it keeps what the older Django would share.
+Rule: what Django refuses is never shared, and neither is what the newest Django refuses. Every
+supported Django is held to the newest one's rules (6.1.3; the README's "What is never cached"
+lists them with the release that brought each), in three steps around the installed Django's
+decision, each a no-op where that Django has the rule:
+
+1. the response's ``Vary`` and ``Cache-Control`` are written as the newest Django reads them
+   (each comma-separated part stripped), so an older Django's parser finds the same headers and
+   directives in them (``Vary: Cookie `` varies on ``Cookie``);
+2. a floor refuses what the newest Django refuses and an older one may store (``private``,
+   ``no-cache``, ``no-store`` in any case or qualified form; ``Vary: *``), and one rule stricter
+   than any Django: a page that sets a cookie is never shared; and where the newest Django
+   makes a page vary on ``Authorization`` (a request bearing it, a response not ``public``), it
+   does so before an older Django decides;
+3. the page key Django gives is extended with a digest of the varied request headers that tells
+   an absent header from an empty one and ``a``+``""`` from ``""``+``a`` (``variant_key``), as the
+   newest Django's key does, so no older Django's coarser key puts two variants on one page.
+
 Rule: nothing here touches a cache; the caller stores the page through the fill, then the
 header list.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import pickle
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
-from django.utils.cache import has_vary_header
+from django.utils.cache import get_max_age, has_vary_header, patch_vary_headers
 
 from .django_internals import PageCacheUpdate
 
@@ -97,11 +109,13 @@ def decide(
 
     The decision is the installed Django's own ``UpdateCacheMiddleware.process_response``
     (status, streaming, ``Cache-Control``, ``Vary: *``, cookies, ``max-age``, ``Vary:
-    Authorization``, ...), so its next security release applies here unchanged. Beneath it
-    lies a floor of ours (``_above_floor``), stricter only: a page that sets a cookie but does
-    not vary on ``Cookie`` is never shared (Django would store it and hand one visitor's cookie
-    to the next), nor, on a Django older than its 2026 cache rules, a page those rules refuse.
+    Authorization``, ...), so its next security release applies here unchanged; around it, the
+    newest Django's rules hold on every supported release (the module's three steps).
     """
+    _read_as_newest_django(response)
+    if not _above_floor(response):
+        return response, None
+    _vary_on_authorization(request, response, policy)
     capture = _Capture()
     response = _DjangoDecision(policy, capture).process_response(request, response)
     is_template = hasattr(response, "render") and callable(response.render)
@@ -109,36 +123,104 @@ def decide(
         response = response.render()  # Django stores it from its post-render callback
     if capture.page is None:
         return response, None
-    if not _above_floor(request, response):
-        return response, None
-    key, timeout = capture.page
+    django_key, timeout = capture.page
+    key = variant_key(django_key, request, capture.header_lists[-1][1])
     timeout = _fill_timeout(timeout, policy)
     return response, Shared(key, timeout, tuple(capture.header_lists), own_copy(response))
 
 
-def _above_floor(request: HttpRequest, response: HttpResponseBase) -> bool:
-    """Return False for a page that is never shared, whatever the installed Django decided.
+def variant_key(django_key: str, request: HttpRequest, headerlist: Sequence[str]) -> str:
+    """Return Django's page key extended with a digest that tells every variant apart.
 
-    Written here because older Django releases lack these rules and their users are no less
-    owed them; on current releases Django has refused such a page before this is asked.
+    ``headerlist`` is the URL's list of varied request headers (``META`` names), as Django
+    learnt it. Django before 6.1.3 hashes their values run together, and before 5.2.19 an
+    absent header as an empty one, so ``X-A: a`` + ``X-B:`` and ``X-A:`` + ``X-B: a`` (or a
+    header sent empty and one not sent) share its key. Each value here is a netstring and an
+    absent one a marker no netstring can be, as in the newest Django's key: this key is at least
+    as fine as that one on every Django.
     """
-    if response.cookies and not has_vary_header(response, "Cookie"):
-        return False
-    cache_control = response.get("Cache-Control", "").lower()
-    if any(directive in cache_control for directive in _NEVER_SHARED_DIRECTIVES):
-        return False
-    if has_vary_header(response, "*"):
-        return False
-    bears_authorization = bool(request.headers.get("Authorization"))
-    return not (
-        bears_authorization
-        and "public" not in cache_control
-        and not has_vary_header(response, "Authorization")
-    )
+    digest = hashlib.md5(usedforsecurity=False)
+    for header in headerlist:
+        value = request.META.get(header)
+        if value is None:
+            digest.update(b"-,")
+            continue
+        data = str(value).encode()
+        digest.update(b"%d:%s," % (len(data), data))
+    return f"{django_key}.{digest.hexdigest()}"
 
 
-#: ``Cache-Control`` directives whose page is never shared (as current Django reads them).
-_NEVER_SHARED_DIRECTIVES = ("private", "no-cache", "no-store")
+def _read_as_newest_django(response: HttpResponseBase) -> None:
+    """Write ``Vary`` and ``Cache-Control`` with each comma-separated part stripped.
+
+    The newest Django strips every part of these headers (``split_header_value``, 6.1.3); older
+    releases split on commas only, so a leading or trailing space hides a header from them
+    (``Vary: Cookie `` learnt as ``HTTP_COOKIE ``, which no request has: one page for every
+    visitor's cookie) or a directive (`` max-age=0``). The rewritten value means the same to
+    any HTTP cache.
+    """
+    for name in ("Vary", "Cache-Control"):
+        if response.has_header(name):
+            response.headers[name] = ", ".join(_parts(response.headers[name]))
+
+
+def _parts(value: str) -> Iterator[str]:
+    """Yield the stripped, non-empty comma-separated parts of a token-list header."""
+    for part in value.split(","):
+        if stripped := part.strip():
+            yield stripped
+
+
+def _directive_names(cache_control: str) -> set[str]:
+    """Return the directive names of a ``Cache-Control`` value, lower case, values dropped.
+
+    ``private="Set-Cookie"`` is ``private`` (RFC 9111 allows the qualified form), as the newest
+    Django reads it; older releases look for substrings, some in one letter case only.
+    """
+    return {part.split("=", 1)[0].strip().lower() for part in _parts(cache_control)}
+
+
+#: ``Cache-Control`` directives whose page is never shared.
+_NEVER_SHARED_DIRECTIVES = frozenset({"private", "no-cache", "no-store"})
+
+
+def _above_floor(response: HttpResponseBase) -> bool:
+    """Return False for a page that is never shared, whatever the installed Django decides.
+
+    A page that sets a cookie: the newest Django refuses it when it varies on ``Cookie`` (and
+    4.2 only when the request sent none); otherwise it would store the page and hand the cookie
+    of the visitor who rendered it to every visitor after. One rule, stricter than any Django,
+    covers both. ``private``, ``no-cache``, ``no-store`` and ``Vary: *`` are the newest
+    Django's refusals, which older releases lack or read in one letter case only.
+    """
+    if response.cookies:
+        return False
+    if _directive_names(response.get("Cache-Control", "")) & _NEVER_SHARED_DIRECTIVES:
+        return False
+    return not has_vary_header(response, "*")
+
+
+def _vary_on_authorization(
+    request: HttpRequest, response: HttpResponseBase, policy: PagePolicy
+) -> None:
+    """Make ``response`` vary on ``Authorization`` where the newest Django does, before
+    an older Django (which does not, before 5.2.19) decides.
+
+    The newest Django adds it to a response it patches (status 200 or 304, not streaming, not
+    refused for ``max-age=0`` by the middleware) when the request bears ``Authorization`` and
+    the response is not ``public`` (RFC 9111, section 3.5), so one token's page is never served
+    to another token or to a request without one. Where the installed Django adds it too, its
+    own patch finds the header there and adds nothing.
+    """
+    if not request.headers.get("Authorization"):
+        return
+    if "public" in _directive_names(response.get("Cache-Control", "")):
+        return
+    if response.streaming or response.status_code not in (200, 304):
+        return
+    if policy.honours_max_age and get_max_age(response) == 0:
+        return
+    patch_vary_headers(response, ("Authorization",))
 
 
 def _fill_timeout(django_timeout: Any, policy: PagePolicy) -> float:

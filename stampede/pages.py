@@ -37,7 +37,7 @@ from django.utils.encoding import iri_to_uri
 
 from .core import options as conf
 from .core.envelope import DontCache
-from .page_decision import Shared, decide, own_copy
+from .page_decision import Shared, decide, own_copy, variant_key
 
 _LEARNED = "learned"
 _NOTE_SUFFIX = ".stampede-timeout"
@@ -137,14 +137,22 @@ class _HeaderReader:
     def __init__(self, cache: Any) -> None:
         self.cache = cache
         self.found: dict[str, Any] = {}
+        self.headerlist: list[str] = []
         self.timeout: float | None = None
 
     def get(self, key: str, default: Any = None) -> Any:
         if key not in self.found:
             found = self.cache.get_many([key, key + _NOTE_SUFFIX])
             self.found[key] = found.get(key, default)
+            self.headerlist = found.get(key) or []
             self.timeout = found.get(key + _NOTE_SUFFIX)
         return self.found[key]
+
+    def page_key(self, request: HttpRequest, method: str, key_prefix: str) -> str | None:
+        """Return the page key of ``request`` (``page_decision.variant_key``), or None while
+        the URL's header list is unknown."""
+        django_key = get_cache_key(request, key_prefix, method, cache=self)
+        return None if django_key is None else variant_key(django_key, request, self.headerlist)
 
 
 @dataclass(frozen=True)
@@ -175,9 +183,9 @@ def _find(visit: _Visit) -> tuple[Any, _Page | None]:
     reader = _HeaderReader(cache)
     get_page = None
     if request.method == "HEAD":
-        get_key = get_cache_key(request, policy.key_prefix, "GET", cache=reader)
+        get_key = reader.page_key(request, "GET", policy.key_prefix)
         get_page = None if get_key is None else cache.get(get_key)
-    key = get_cache_key(request, policy.key_prefix, request.method, cache=reader)
+    key = reader.page_key(request, request.method, policy.key_prefix)
     if key is None:
         return get_page, None
     return get_page, _Page(key, policy.timeout if reader.timeout is None else reader.timeout)

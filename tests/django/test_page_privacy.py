@@ -5,10 +5,11 @@ Django's own cache (``cache_page(60)``, or its ``UpdateCacheMiddleware`` +
 ``FetchFromCacheMiddleware`` pair) and once through ``@single_flight(timeout=60)`` (or
 ``StampedeCacheMiddleware``), over the same view. B must get its own render exactly where
 Django gives B its own render, the shared page where Django shares it (except our one
-stricter rule: a cookie on a page that does not vary on ``Cookie`` is never shared), and the
-same ``Vary`` and ``Cache-Control`` headers. Every case runs for sync and async views, GET
-and HEAD, plain and template responses, with and without grace, on the learning path (the
-URL's first render) and on the known-key path (its header list known, its page gone).
+stricter rule: a cookie on a page that does not vary on ``Cookie`` is never shared), and, on a
+Django with current rules, the same ``Vary`` and ``Cache-Control`` headers. Every case runs
+for sync and async views, GET and HEAD, plain and template responses, with and without grace,
+on the learning path (the URL's first render) and on the known-key path (its header list
+known, its page gone).
 
 Then the herd: pages Django shares are rendered once per expiry by a concurrent herd.
 """
@@ -370,13 +371,15 @@ def test_visitor_b_gets_the_shared_page_exactly_where_django_shares_it(
     theirs, ours = compare(site, redis, flavour, mode, kind, grace, path_, method, name)
 
     expected = CASES[name].shared
-    assert ours.headers == theirs.headers
     if DJANGO_HAS_CURRENT_RULES:
+        assert ours.headers == theirs.headers
         if expected is not None:
             assert theirs.b_shared is expected, "Django's own cache decided otherwise"
         assert ours.b_shared is theirs.b_shared
     else:
-        # An older Django shares more; the floor keeps to what it and current Django share.
+        # An older Django shares more, and patches the headers of pages current Django refuses
+        # (or leaves out Vary: Authorization); the floor keeps to what current Django shares
+        # (test_page_corpus.py holds it to the newest Django's verdicts on every release).
         assert ours.b_shared <= theirs.b_shared
         assert ours.b_shared <= (theirs.b_shared if expected is None else expected)
 
