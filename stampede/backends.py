@@ -46,6 +46,7 @@ from .core.keys import CacheKey
 from .exceptions import NotFound
 from .fill.filler import Filler
 from .fill.near import NearReads
+from .redis_calls import DjangoRedisCalls
 
 __all__ = ["NOT_FOUND", "REDIS_URL_SCHEMES", "StampedeCache"]
 
@@ -355,7 +356,9 @@ class StampedeCache(BaseCache):
                 return passthrough.unwrap(record, default)
             except RedisError:
                 pass
-        return passthrough.older(await self._wrapped.aget(*args, **kwargs), args, kwargs)
+        native = self._native_calls()
+        read = self._wrapped.aget if native is None else native.get
+        return passthrough.older(await read(*args, **kwargs), args, kwargs)
 
     def get_many(self, keys: Any, *args: Any, **kwargs: Any) -> dict[Any, Any]:
         near = self.near
@@ -377,7 +380,25 @@ class StampedeCache(BaseCache):
                 return self._by_key(named, await async_near.read_many(near, store, list(named)))
             except RedisError:
                 pass
-        return passthrough.older_many(await self._wrapped.aget_many(keys, *args, **kwargs))
+        native = self._native_calls()
+        read = self._wrapped.aget_many if native is None else native.get_many
+        return passthrough.older_many(await read(keys, *args, **kwargs))
+
+    def _native_calls(self) -> DjangoRedisCalls | None:
+        """Return the running loop's asyncio calls of the wrapped cache (``redis_calls``), or
+        None where its own ``a*`` methods answer (a backing other than Django's ``RedisCache``
+        with one server, a Sentinel-managed pool). Kept per loop, weakly, as the fillers are."""
+        loop = asyncio.get_running_loop()
+        try:
+            return self._native_by_loop[loop]
+        except KeyError:
+            calls = stores.native_calls(self._wrapped, self.store, self._key)
+            self._native_by_loop[loop] = calls
+            return calls
+
+    @cached_property
+    def _native_by_loop(self) -> weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]:
+        return weakref.WeakKeyDictionary()
 
     def _async_near(self) -> tuple[NearReads | None, Any]:
         """Return (the near cache, the running loop's store to read Redis through), if any."""
@@ -415,7 +436,12 @@ class StampedeCache(BaseCache):
         self.store.drop_meta([self._named_key(key, version) for key in keys])
 
     async def _arelived(self, keys: Any, version: Any, answer: Any = None) -> None:
-        await sync_to_async(self._relived, thread_sensitive=False)(keys, version)
+        store = stores.async_store(self.store)
+        if store is None:  # no asyncio twin of the lock client (Sentinel): in a worker thread
+            await sync_to_async(self._relived, thread_sensitive=False)(keys, version)
+            return
+        self._written(keys, version)
+        await store.drop_meta([self._named_key(key, version) for key in keys])
 
     def _deleted(self, keys: Any, version: Any, answer: Any = None) -> None:
         # Also drops this process's copies (the filler's near cache is this cache's).

@@ -81,6 +81,16 @@ def store_for(backend: Any, lock_url: str | None) -> RedisStore | BackendStore:
     return BackendStore(backend, clients.for_url(lock_url))
 
 
+def reads_one_server(backend: Any) -> bool:
+    """Return True if ``backend`` is Django's own ``RedisCache`` with one server: its calls
+    are then ``stampede.redis_calls``' (with several, Django reads from a random replica)."""
+    try:
+        from django.core.cache.backends.redis import RedisCache
+    except ImportError:  # pragma: no cover - Django < 4.0
+        return False
+    return type(backend) is RedisCache and len(backend._servers) == 1
+
+
 def async_store_for(store: RedisStore | BackendStore) -> Any:
     """Return the running loop's twin of ``store``, or None where it has none (Sentinel, and
     fills locked outside the cache's Redis: their locks' asyncio twins run in threads anyway)."""

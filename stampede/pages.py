@@ -132,21 +132,36 @@ async def _apublish(shared: Shared, policy: PagePolicy, cache: Any) -> None:
 
 class _HeaderReader:
     """Stands in for the cache in ``get_cache_key``: one round trip reads the URL's header list
-    and its timeout note, remembered for this request (GET and HEAD keys share one read)."""
+    and its timeout note, remembered for this request (GET and HEAD keys share one read).
+
+    On asyncio, Django's ``get_cache_key`` (sync) is asked first with nothing read: the header
+    list's key it asks for is noted (``asked``), read on the loop (``aread``), and then asked
+    again, answered from what was read.
+    """
 
     def __init__(self, cache: Any) -> None:
         self.cache = cache
         self.found: dict[str, Any] = {}
         self.headerlist: list[str] = []
         self.timeout: float | None = None
+        self.asked: str | None = None
+        self.reads = True  # False while the asyncio side only notes the key asked for
 
     def get(self, key: str, default: Any = None) -> Any:
         if key not in self.found:
-            found = self.cache.get_many([key, key + _NOTE_SUFFIX])
-            self.found[key] = found.get(key, default)
-            self.headerlist = found.get(key) or []
-            self.timeout = found.get(key + _NOTE_SUFFIX)
+            if not self.reads:
+                self.asked = key
+                return default
+            self._keep(key, self.cache.get_many([key, key + _NOTE_SUFFIX]), default)
         return self.found[key]
+
+    async def aread(self, key: str) -> None:
+        self._keep(key, await self.cache.aget_many([key, key + _NOTE_SUFFIX]), None)
+
+    def _keep(self, key: str, found: dict[str, Any], default: Any) -> None:
+        self.found[key] = found.get(key, default)
+        self.headerlist = found.get(key) or []
+        self.timeout = found.get(key + _NOTE_SUFFIX)
 
     def page_key(self, request: HttpRequest, method: str, key_prefix: str) -> str | None:
         """Return the page key of ``request`` (``page_decision.variant_key``), or None while
@@ -185,6 +200,25 @@ def _find(visit: _Visit) -> tuple[Any, _Page | None]:
     if request.method == "HEAD":
         get_key = reader.page_key(request, "GET", policy.key_prefix)
         get_page = None if get_key is None else cache.get(get_key)
+    key = reader.page_key(request, request.method, policy.key_prefix)
+    if key is None:
+        return get_page, None
+    return get_page, _Page(key, policy.timeout if reader.timeout is None else reader.timeout)
+
+
+async def _afind(visit: _Visit) -> tuple[Any, _Page | None]:
+    """Async twin of :func:`_find`: the header list and the pages are read on the loop."""
+    request, policy, cache = visit.request, visit.policy, visit.cache
+    reader = _HeaderReader(cache)
+    reader.reads = False
+    reader.page_key(request, request.method, policy.key_prefix)  # notes the header list's key
+    if reader.asked is not None:
+        await reader.aread(reader.asked)
+    reader.reads = True
+    get_page = None
+    if request.method == "HEAD":
+        get_key = reader.page_key(request, "GET", policy.key_prefix)
+        get_page = None if get_key is None else await cache.aget(get_key)
     key = reader.page_key(request, request.method, policy.key_prefix)
     if key is None:
         return get_page, None
@@ -290,15 +324,14 @@ async def aserve(
     if request.method not in ("GET", "HEAD"):
         return await get_response(request)
     visit = _Visit(request, get_response, policy, policy.cache(), guard)
-    find = sync_to_async(_find)
-    get_page, page = await find(visit)
+    get_page, page = await _afind(visit)
     if get_page is not None:
         return own_copy(get_page)
     if page is None:
         rendered = await _alearn(visit)
         if rendered is not None:
             return rendered
-        get_page, page = await find(visit)
+        get_page, page = await _afind(visit)
         if get_page is not None:
             return own_copy(get_page)
         if page is None:
@@ -309,7 +342,7 @@ async def aserve(
 async def _arender_and_store(visit: _Visit) -> tuple[HttpResponseBase, bool]:
     policy, cache = visit.policy, visit.cache
     rendered = await visit.get_response(visit.request)
-    response, shared = await sync_to_async(decide)(visit.request, rendered, policy)
+    response, shared = await _adecide(visit.request, rendered, policy)
     if shared is None:
         return response, False
     snapshot = shared.snapshot
@@ -320,6 +353,28 @@ async def _arender_and_store(visit: _Visit) -> tuple[HttpResponseBase, bool]:
     await cache.aget_or_load(shared.key, stored, timeout=shared.timeout, grace=policy.grace)
     await _apublish(shared, policy, cache)
     return response, True
+
+
+async def _adecide(
+    request: HttpRequest, response: HttpResponseBase, policy: PagePolicy
+) -> tuple[HttpResponseBase, Shared | None]:
+    """Async twin of ``decide``: on the loop, but in a worker thread for a response still to
+    render (a template may query the database, which Django allows only off the loop)."""
+    if getattr(response, "is_rendered", True):
+        return decide(request, response, policy)
+    return await sync_to_async(decide)(request, response, policy)
+
+
+async def _afill_value(
+    response: HttpResponseBase, shared: Shared | None, page: _Page, cache: Any
+) -> Any:
+    """Async twin of :func:`_fill_value`."""
+    if shared is None:
+        return DontCache(response)
+    if shared.key == page.key and shared.timeout == page.timeout:
+        return shared.snapshot
+    await cache.aset(shared.key, shared.snapshot, shared.timeout)
+    return DontCache(response)
 
 
 async def _alearn(visit: _Visit) -> Any:
@@ -340,10 +395,9 @@ async def _aserve_page(visit: _Visit, page: _Page) -> HttpResponseBase:
 
     async def render() -> Any:
         rendered = await visit.get_response(visit.request)
-        decided = await sync_to_async(decide)(visit.request, rendered, visit.policy)
+        decided = await _adecide(visit.request, rendered, visit.policy)
         ours["response"], ours["shared"] = decided
-        fill_value = sync_to_async(_fill_value)
-        return await fill_value(ours["response"], ours["shared"], page, visit.cache)
+        return await _afill_value(ours["response"], ours["shared"], page, visit.cache)
 
     value = await visit.cache.aget_or_load(
         page.key, render, timeout=page.timeout, grace=visit.policy.grace, **visit.guard

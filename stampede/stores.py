@@ -23,12 +23,14 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
+from .aio import batch
 from .aio.filler import Filler as AsyncFiller
+from .aio.loops import loop_state
 from .aio.store import RedisStore as AsyncRedisStore
 from .cache_settings import CacheSettings
-from .core import lockspec
+from .core import lockspec, process
 from .core.near import NearCache, NearOptions
-from .django_internals import BackendStore, async_store_for, store_for
+from .django_internals import BackendStore, async_store_for, reads_one_server, store_for
 from .fill import local
 from .fill.fenced import FencedStore
 from .fill.filler import Filler
@@ -36,6 +38,7 @@ from .fill.near import NearReads
 from .fill.store import RedisStore
 from .io import clients
 from .lock.mutex import Mutex
+from .redis_calls import DjangoRedisCalls
 
 #: A cache's store: records and fill locks.
 Store = RedisStore | BackendStore
@@ -44,14 +47,63 @@ Store = RedisStore | BackendStore
 # per thread, copies are per process.
 _near_caches: dict[tuple[str, str, NearOptions], NearCache] = {}
 _near_caches_lock = threading.Lock()
+# Per wrapped alias, its settings and ours, the process's store over Redis: backend objects are
+# per thread, and per request under ASGI, and a store built per object would cost each request
+# a client lookup and, on asyncio, a new twin of it.
+_stores: dict[tuple[str, str, str], Store] = {}
+_stores_lock = threading.Lock()
 
 
 def store(wrapped: Any, settings: CacheSettings) -> Store:
     """Return where the records and fill locks of a cache over ``wrapped`` live.
 
+    Over Redis, one store per process for the alias and its settings; over another backend,
+    one per backend object (the store holds the object: Django's are per thread).
+
     Raises:
         ImproperlyConfigured: the wrapped cache's internals refuse (e.g. not Redis, no LOCK_URL).
     """
+    location = settings.location
+    identity = (location, _setting_of(location), repr(settings))
+    kept = _stores.get(identity)
+    if kept is not None:
+        return kept
+    built = _build_store(wrapped, settings)
+    if isinstance(built, BackendStore):
+        return built
+    with _stores_lock:
+        return _stores.setdefault(identity, built)
+
+
+def _setting_of(location: str) -> str:
+    return repr(getattr(django_settings, "CACHES", {}).get(location))
+
+
+def _forget_stores_in_child() -> None:
+    # A forked child builds its own: the parent's stores hold the parent's clients.
+    global _stores_lock
+    _stores.clear()
+    _stores_lock = threading.Lock()
+
+
+def _release_stores(matches: Callable[[Any], bool]) -> int:
+    with _stores_lock:
+        chosen = [identity for identity, kept in _stores.items() if matches(kept.client)]
+        for identity in chosen:
+            del _stores[identity]
+    return len(chosen)  # their clients are the shared ones, which their owner closes
+
+
+process.own(
+    "stores of Redis-backed caches",
+    forget=_forget_stores_in_child,
+    held=lambda: len(_stores),
+    release=_release_stores,
+)
+
+
+def _build_store(wrapped: Any, settings: CacheSettings) -> Store:
+    """Return a new store of a cache over ``wrapped`` (see :func:`store`)."""
     try:
         plain = store_for(wrapped, settings.lock_url)
     except ValueError as exc:
@@ -141,6 +193,19 @@ def async_near_store(store: Store) -> AsyncRedisStore | None:
     has no asyncio twin (Sentinel): those reads go through the wrapped cache, as without one."""
     twin = async_store_for(store)
     return twin if isinstance(twin, AsyncRedisStore) else None
+
+
+def native_calls(wrapped: Any, store: Store, key: Callable[[Any, Any], Any]) -> Any:
+    """Return the running loop's asyncio calls of ``wrapped`` (``stampede.redis_calls``), or
+    None where its ``a*`` calls stay its own: a backing other than Django's ``RedisCache`` with
+    one server, or a pool with no asyncio twin (Sentinel-managed)."""
+    if isinstance(store, BackendStore) or not reads_one_server(wrapped):
+        return None
+    client = clients.async_twin(store.client, loop_state().clients)
+    if client is None:
+        return None
+    reads = batch.batch_of(client) if batch.batches(client) else None
+    return DjangoRedisCalls(client, reads, key, wrapped, store.dumps, store.loads)
 
 
 def mutex(store: Store, full_key: Any, ttl: float, **kwargs: Any) -> Any:

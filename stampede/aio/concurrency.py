@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 from ..io.clients import connection_pool_of
 from ..lock.rules import remaining
 from ..lock.watchdog import next_call_in
+from . import batch
 from .loops import loop_state
 
 logger = logging.getLogger(__name__)
@@ -117,6 +118,30 @@ def quick_client(client: Any, seconds: float) -> Any:
 
 
 def fast_mget(client: Any) -> Callable[..., Awaitable[Any]]:
-    """Return ``client.mget``: the sync side's direct path to a pooled connection
-    (``stampede.io.clients.fast_mget``) has no asyncio twin."""
-    return client.mget  # type: ignore[no-any-return]
+    """Return ``mget(*keys)`` on ``client``: gathered with the other reads of this turn of the
+    loop (``aio/batch.py``), or ``client.mget`` on a Redis Cluster client."""
+    if not batch.batches(client):
+        return client.mget  # type: ignore[no-any-return]
+    reads = batch.batch_of(client)
+
+    async def mget(*keys: Any) -> list[Any]:
+        return await reads.get_many(keys)
+
+    return mget
+
+
+def near_reader(
+    client: Any, pipelined: Callable[[Sequence[Any]], Awaitable[list[Any]]]
+) -> Callable[[Sequence[Any]], Awaitable[list[Any]]]:
+    """Return ``read(fulls)``: a near cache's reads of ``fulls`` (``GET``, meta ``GET``,
+    ``PTTL`` each, flat), gathered with this turn's other reads; ``pipelined`` on a Redis
+    Cluster client."""
+    if not batch.batches(client):
+        return pipelined
+    reads = batch.batch_of(client)
+
+    async def read(fulls: Sequence[Any]) -> list[Any]:
+        asked = [reads.near(full) for full in fulls]
+        return [reply for future in asked for reply in await future]
+
+    return read

@@ -103,6 +103,14 @@ class Filler:
             copied = near.fresh(key.full, options, self.clock)
             if copied is not MISSING:
                 return unwrap_private(copied)
+        # unasync: async only
+        # On an event loop a hit is read before coalescing: the reads of one turn of the loop
+        # go out as one command (``aio/batch.py``), so a cold key still costs the process one
+        # read per turn, and a hit costs less than joining a flight (futures, a timer).
+        early = await self._fresh_value(key, options)
+        if early is not MISSING:
+            return unwrap_private(early)
+        # unasync: end
         own = False  # True once this caller's own loader made the value (see DontCache)
 
         async def lead(serve: Callable[[Any], None], marking: Callable[[bool], None]) -> Any:
@@ -143,6 +151,21 @@ class Filler:
                     flight.load_own(), self.store, key, loader, options.lock_ttl
                 )
         return unwrap_private(value)
+
+    # unasync: async only
+    async def _fresh_value(self, key: CacheKey, options: FillOptions) -> Any:
+        """Return the value of ``key`` if a read finds it fresh, else ``MISSING``: anything
+        else (stale, absent, early refresh, a store error) is the flight's to handle."""
+        try:
+            seen = await self._first_read(key)
+        except STORE_ERRORS:
+            return MISSING
+        clock = self.clock
+        if judge(seen, clock.wall(), options, clock.random()) is Verdict.FRESH:
+            return value_of(seen)
+        return MISSING
+
+    # unasync: end
 
     async def invalidate(self, *keys: CacheKey | Name) -> None:
         """Void fills of ``keys`` in progress (their values must not be stored) and wake their

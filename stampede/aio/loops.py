@@ -25,6 +25,10 @@ class LoopState:
         # pool is collected, and a new pool must not inherit a dead pool's notifier or client.
         self.notifiers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self.clients: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        # Stores' twins, keyed weakly by the sync store (``aio/store.py``).
+        self.stores: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        # Read batches, keyed weakly by the asyncio client they send on (``aio/batch.py``).
+        self.batches: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self.flight_groups: dict[Any, Any] = {}  # by cache alias
         self.turns: dict[tuple[int, Any], list[Any]] = {}  # local queues, by (pool, lock key)
         self.janitor: asyncio.Task[None] | None = None

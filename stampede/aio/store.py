@@ -29,7 +29,7 @@ from ..core.keys import CacheKey, colocated, done_channel, lock_key, meta_key, r
 from ..core.port import Dumps, Loads
 from ..fill import calls
 from ..io import clients, scripts
-from .concurrency import Renewal, fast_mget, schedule_renewal
+from .concurrency import Renewal, fast_mget, near_reader, schedule_renewal
 from .loops import loop_state
 from .notify import Subscription, notifier_for
 
@@ -50,6 +50,7 @@ class RedisStore:
         self.dumps = dumps
         self.loads = loads
         self._mget = fast_mget(client)
+        self._near_reads = near_reader(client, self._pipelined_near_reads)
         self._cluster = clients.is_cluster(client)
 
     def __repr__(self) -> str:
@@ -58,11 +59,19 @@ class RedisStore:
     # unasync: async only
     @classmethod
     def twin_of(cls, sync_store: Any) -> RedisStore | None:
-        """Return the running loop's twin of a sync ``RedisStore``, or None if it has none."""
-        client = clients.async_twin(sync_store.client, loop_state().clients)
+        """Return the running loop's twin of a sync ``RedisStore``, or None if it has none.
+
+        Kept per loop, weakly by the sync store: hot calls ask for it on every call."""
+        state = loop_state()
+        twin = state.stores.get(sync_store)
+        if twin is not None:
+            return twin  # type: ignore[no-any-return]
+        client = clients.async_twin(sync_store.client, state.clients)
         if client is None:
             return None
-        return cls(client, dumps=sync_store.dumps, loads=sync_store.loads)
+        twin = cls(client, dumps=sync_store.dumps, loads=sync_store.loads)
+        state.stores[sync_store] = twin
+        return twin
 
     # unasync: end
 
@@ -90,11 +99,13 @@ class RedisStore:
 
     async def read_many_near(self, fulls: Sequence[Any]) -> list[tuple[Any, int]]:
         """:meth:`read_near` of each of ``fulls``, in one round trip."""
+        return calls.near_replies(await self._near_reads(fulls))
+
+    async def _pipelined_near_reads(self, fulls: Sequence[Any]) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
         for full in fulls:  # no MGET across keys: on a cluster they may live on several nodes
             pipe.get(full).get(meta_key(full)).pttl(full)
-        replies = await pipe.execute()
-        return calls.near_replies(replies)
+        return list(await pipe.execute())
 
     def lock(self, key: CacheKey, ttl: float) -> RedisFillLock:
         if self._cluster:

@@ -7,7 +7,18 @@ the mutex come from ``stampede.lock.concurrency``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 from ..io.clients import fast_mget
 from ..lock.concurrency import Renewal, schedule_renewal
 
-__all__ = ["Renewal", "fast_mget", "schedule_renewal"]
+__all__ = ["Renewal", "fast_mget", "near_reader", "schedule_renewal"]
+
+
+def near_reader(
+    client: Any, pipelined: Callable[[Sequence[Any]], list[Any]]
+) -> Callable[[Sequence[Any]], list[Any]]:
+    """Return ``pipelined``: a thread's near reads go out on their own (the asyncio twin
+    gathers a loop's)."""
+    return pipelined

@@ -32,7 +32,7 @@ from ..core.port import Dumps, Loads
 from ..io import clients, scripts
 from ..io.notify import Subscription, notifier_for
 from . import calls
-from .concurrency import Renewal, fast_mget, schedule_renewal
+from .concurrency import Renewal, fast_mget, near_reader, schedule_renewal
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +51,7 @@ class RedisStore:
         self.dumps = dumps
         self.loads = loads
         self._mget = fast_mget(client)
+        self._near_reads = near_reader(client, self._pipelined_near_reads)
         self._cluster = clients.is_cluster(client)
 
     def __repr__(self) -> str:
@@ -80,11 +81,13 @@ class RedisStore:
 
     def read_many_near(self, fulls: Sequence[Any]) -> list[tuple[Any, int]]:
         """:meth:`read_near` of each of ``fulls``, in one round trip."""
+        return calls.near_replies(self._near_reads(fulls))
+
+    def _pipelined_near_reads(self, fulls: Sequence[Any]) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
         for full in fulls:  # no MGET across keys: on a cluster they may live on several nodes
             pipe.get(full).get(meta_key(full)).pttl(full)
-        replies = pipe.execute()
-        return calls.near_replies(replies)
+        return list(pipe.execute())
 
     def lock(self, key: CacheKey, ttl: float) -> RedisFillLock:
         if self._cluster:

@@ -71,8 +71,24 @@ def async_twin_of_pool(pool: Any) -> Any:
     if connection_class is None:
         return None
     kwargs = redis_internals.async_connection_kwargs(pool.connection_kwargs, connection_class)
-    async_pool = async_connection.ConnectionPool(connection_class=connection_class, **kwargs)
+    async_pool = async_connection.BlockingConnectionPool(
+        connection_class=connection_class, max_connections=async_pool_size(pool), **kwargs
+    )
     return redis.asyncio.Redis(connection_pool=async_pool)
+
+
+#: The most connections an event loop's pool opens to one server when its sync pool sets no
+#: bound (redis-py before 6 defaults to 2**31): a task past it waits for a free connection.
+ASYNC_POOL_SIZE = 100
+
+
+def async_pool_size(pool: Any) -> int:
+    """Return the bound of an event loop's pool twin of the sync ``pool``: its
+    ``max_connections`` (the cache's ``OPTIONS``), or ``ASYNC_POOL_SIZE`` when it has none."""
+    bound = getattr(pool, "max_connections", None)
+    if not isinstance(bound, int) or bound >= 2**31 - 1:
+        return ASYNC_POOL_SIZE
+    return bound
 
 
 def sentinel_primary(

@@ -413,6 +413,20 @@ return epoch
     publishes=True,
 )
 
+EACH_EXISTS = Script(
+    "each_exists",
+    """
+-- KEYS the keys asked about (any keys: never run on a Redis Cluster, stampede.aio.batch)
+-- ARGV none
+-- returns one 1 or 0 per key, in order (EXISTS of several keys answers only how many exist)
+local found = {}
+for i, key in ipairs(KEYS) do
+    found[i] = redis.call('EXISTS', key)
+end
+return found
+""",
+)
+
 ALL = (
     ACQUIRE,
     RELEASE,
@@ -429,6 +443,7 @@ ALL = (
     FENCED_READ,
     FENCED_COMMIT,
     FENCED_VOID,
+    EACH_EXISTS,
 )
 
 

@@ -903,3 +903,166 @@ def test_a_fill_over_compressing_django_redis_stores_what_its_set_stores(
     assert len(raw) < len(pickle.dumps(value))  # compressed, as the plain backend does
     assert plain.get("filled") == value
     assert wrapper.get_or_set("filled", Loader("reloaded"), 60) == value
+
+
+# -- the asyncio calls store what the sync calls store ------------------------------------------
+
+
+async def _async_writes(c: Any) -> list[Any]:
+    """Every asyncio write of ``BaseCache``, with each kind of timeout; returns the answers."""
+    answers = [await c.aset(f"v{n}", value) for n, value in enumerate(VALUES)]
+    answers += [
+        await c.aset("forever", "f", None),
+        await c.aset("gone", "g", 0),
+        await c.aset("negative", "n", -5),
+        await c.aset("fraction", "x", 2.5),
+        await c.aadd("added", {"a": 1}, 30),
+        await c.aadd("added", "again", 30),
+        await c.aadd("at-once", "a", 0),
+        await c.aset_many({"m1": 1, "m2": [2]}, 40),
+        await c.aset_many({"m3": 3}, None),
+        await c.aset("n", 10),
+        await c.aincr("n", 5),
+        await c.adecr("n", 2),
+        await c.atouch("v1", 90),
+        await c.atouch("forever", 15),
+        await c.atouch("v2", None),
+        await c.aincr_version("v4"),
+        await c.adecr_version("v5"),
+        await c.adelete("v6"),
+        await c.adelete_many(["v7", "m1"]),
+    ]
+    return answers
+
+
+def _sync_writes(c: Any) -> list[Any]:
+    """:func:`_async_writes`, call for call, through the sync methods."""
+    answers = [c.set(f"v{n}", value) for n, value in enumerate(VALUES)]
+    answers += [
+        c.set("forever", "f", None),
+        c.set("gone", "g", 0),
+        c.set("negative", "n", -5),
+        c.set("fraction", "x", 2.5),
+        c.add("added", {"a": 1}, 30),
+        c.add("added", "again", 30),
+        c.add("at-once", "a", 0),
+        c.set_many({"m1": 1, "m2": [2]}, 40),
+        c.set_many({"m3": 3}, None),
+        c.set("n", 10),
+        c.incr("n", 5),
+        c.decr("n", 2),
+        c.touch("v1", 90),
+        c.touch("forever", 15),
+        c.touch("v2", None),
+        c.incr_version("v4"),
+        c.decr_version("v5"),
+        c.delete("v6"),
+        c.delete_many(["v7", "m1"]),
+    ]
+    return answers
+
+
+def _stored(redis: Any) -> dict[bytes, tuple[bytes, int]]:
+    """Return every key in Redis with its bytes and TTL in whole seconds (-1: none)."""
+    return {key: (redis.get(key), redis.ttl(key)) for key in sorted(redis.keys("*"))}
+
+
+@pytest.mark.parametrize("backing", REDIS_BACKINGS)
+def test_the_async_calls_store_what_the_plain_backends_sync_calls_store(configure, redis, backing):
+    """The wrapper's answers are the plain backend's own asyncio answers (django-redis's
+    ``aset_many`` is ``BaseCache``'s, answering ``[]`` where its ``set_many`` answers None)."""
+    plain, wrapper = configure(backing)
+
+    _sync_writes(plain)
+    sync_stored = _stored(redis)
+    reset(plain, redis)
+    plain_async_answers = asyncio.run(_async_writes(plain))
+    reset(plain, redis)
+    async_answers = asyncio.run(_async_writes(wrapper))
+
+    assert async_answers == plain_async_answers
+    assert _stored(redis) == sync_stored  # the same keys, versions, bytes and lives
+
+
+class _SyncCallSpy:
+    """Records each sync method of Django's ``RedisCache`` that runs, on any object of it: its
+    ``a*`` methods run these in a worker thread, so a thread hop shows here."""
+
+    NAMES = (
+        "get",
+        "get_many",
+        "set",
+        "add",
+        "set_many",
+        "delete",
+        "delete_many",
+        "has_key",
+        "touch",
+        "incr",
+        "decr",
+        "incr_version",
+        "decr_version",
+        "clear",
+    )
+
+    def __init__(self, monkeypatch: Any) -> None:
+        from django.core.cache.backends.redis import RedisCache
+
+        self.called: list[str] = []
+        for name in self.NAMES:
+            monkeypatch.setattr(RedisCache, name, self._recording(name, getattr(RedisCache, name)))
+
+    def _recording(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        def record(*args: Any, **kwargs: Any) -> Any:
+            self.called.append(name)
+            return method(*args, **kwargs)
+
+        return record
+
+
+def test_every_async_call_over_djangos_redis_cache_runs_on_the_loop(configure, monkeypatch):
+    """Django's own a* methods run its sync ones in a thread: none of them runs."""
+    _, wrapper = configure("django")
+    spy = _SyncCallSpy(monkeypatch)
+
+    async def calls() -> list[Any]:
+        await _async_writes(wrapper)
+        return [
+            await wrapper.aget("v0"),
+            await wrapper.aget("absent", "dflt"),
+            await wrapper.aget_many(["v0", "v1", "absent"]),
+            await wrapper.ahas_key("v0"),
+            await wrapper.ahas_key("absent"),
+            await wrapper.aget_or_set("filled", "value", 30),
+            await wrapper.aclear(),
+        ]
+
+    answers = asyncio.run(calls())
+
+    assert spy.called == []
+    assert answers == [5, "dflt", {"v0": 5, "v1": -3}, True, False, "value", True]
+
+
+def test_the_async_page_cache_runs_on_the_loop(configure, settings, monkeypatch):
+    """An async view under ``@single_flight``: rendered, stored, then served, no thread hop."""
+    from django.http import HttpResponse
+    from django.test import AsyncRequestFactory
+
+    from stampede import single_flight
+
+    configure("django")
+    settings.ALLOWED_HOSTS = ["*"]
+    renders = []
+
+    @single_flight(timeout=60)
+    async def page(request):
+        renders.append(1)
+        return HttpResponse(f"render {len(renders)}")
+
+    spy = _SyncCallSpy(monkeypatch)
+
+    async def visits() -> list[bytes]:
+        return [(await page(AsyncRequestFactory().get("/page/"))).content for _ in range(3)]
+
+    assert asyncio.run(visits()) == [b"render 1"] * 3
+    assert spy.called == []

@@ -1,0 +1,167 @@
+"""The ``a*`` calls of a ``StampedeCache`` over Django's ``RedisCache``, on asyncio, no thread hop.
+
+Django's async cache methods run its sync ones in a worker thread (``sync_to_async``): a
+thread hop per call, and under ASGI, where Django builds a cache object per request, a new
+Redis client and connection pool per request. Here each call sends what Django's
+``RedisCacheClient`` sends (the same commands, Django 4.2 to 6.1: unchanged there), on the
+running loop's ``redis.asyncio`` client of the cache's primary (one per process and loop,
+``stampede.io.clients.async_twin``), with the cache's own serializer. Reads that the loop's
+tasks ask for in one turn go out as one command (``stampede.aio.batch``).
+
+Rule: the wrapped cache names every key and reads every timeout (``make_key`` and
+``validate_key``, through ``StampedeCache._key``; ``get_backend_timeout``): the same key,
+version and expiry as its sync call, and the same stored bytes.
+Rule: nothing here is kept per request. ``DjangoRedisCalls`` is a light view over the loop's
+client and read batch, built per cache object and loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.core.cache.backends.base import DEFAULT_TIMEOUT
+
+from .aio.batch import ReadBatch
+from .core.keys import CacheKey
+
+
+class DjangoRedisCalls:
+    """The calls of one Django ``RedisCache`` with a single server, on one event loop.
+
+    Args:
+        client: the loop's ``redis.asyncio`` client of the cache's server.
+        reads: the loop's read batch on that client, or None to read call by call (Cluster).
+        key: ``(key, version) -> CacheKey`` as the wrapped cache makes and validates it.
+        wrapped: the wrapped ``RedisCache`` (its ``get_backend_timeout`` and ``version``).
+        dumps, loads: the wrapped cache's serializer.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        reads: ReadBatch | None,
+        key: Callable[[Any, Any], CacheKey],
+        wrapped: Any,
+        dumps: Callable[[Any], Any],
+        loads: Callable[[bytes], Any],
+    ) -> None:
+        self.client = client
+        self._reads = reads
+        self._key = key
+        self._wrapped = wrapped
+        self._dumps = dumps
+        self._loads = loads
+
+    def _full(self, key: Any, version: Any) -> Any:
+        return self._key(key, version).full
+
+    def _timeout(self, timeout: Any) -> Any:
+        return self._wrapped.get_backend_timeout(timeout)
+
+    async def _raw(self, full: Any) -> Any:
+        if self._reads is None:
+            return await self.client.get(full)
+        return await self._reads.get(full)
+
+    async def get(self, key: Any, default: Any = None, version: Any = None) -> Any:
+        raw = await self._raw(self._full(key, version))
+        return default if raw is None else self._loads(raw)
+
+    async def get_many(self, keys: Any, version: Any = None) -> dict[Any, Any]:
+        by_full = {self._full(key, version): key for key in keys}
+        if not by_full:
+            return {}
+        fulls = list(by_full)
+        if self._reads is None:
+            raws = await self.client.mget(fulls)
+        else:
+            raws = await self._reads.get_many(fulls)
+        found = zip(fulls, raws, strict=True)
+        return {by_full[full]: self._loads(raw) for full, raw in found if raw is not None}
+
+    async def has_key(self, key: Any, version: Any = None) -> bool:
+        full = self._full(key, version)
+        if self._reads is None:
+            return bool(await self.client.exists(full))
+        return bool(await self._reads.exists(full))
+
+    async def add(
+        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> bool:
+        full, timeout = self._full(key, version), self._timeout(timeout)
+        data = self._dumps(value)
+        if timeout == 0:
+            # Django's: an add that expires at once succeeds where the key was free.
+            added = bool(await self.client.set(full, data, nx=True))
+            if added:
+                await self.client.delete(full)
+            return added
+        return bool(await self.client.set(full, data, ex=timeout, nx=True))
+
+    async def set(
+        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> None:
+        full, timeout = self._full(key, version), self._timeout(timeout)
+        data = self._dumps(value)
+        if timeout == 0:
+            await self.client.delete(full)
+        else:
+            await self.client.set(full, data, ex=timeout)
+
+    async def touch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
+        full, timeout = self._full(key, version), self._timeout(timeout)
+        if timeout is None:
+            return bool(await self.client.persist(full))
+        return bool(await self.client.expire(full, timeout))
+
+    async def delete(self, key: Any, version: Any = None) -> bool:
+        return bool(await self.client.delete(self._full(key, version)))
+
+    async def incr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+        full = self._full(key, version)
+        if not await self.client.exists(full):
+            raise ValueError(f"Key '{full}' not found.")
+        return await self.client.incr(full, delta)
+
+    async def decr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+        return await self.incr(key, -delta, version=version)
+
+    async def set_many(
+        self, data: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> list[Any]:
+        if not data:
+            return []
+        safe = {self._full(key, version): self._dumps(value) for key, value in data.items()}
+        timeout = self._timeout(timeout)
+        # As Django's: MSET and an EXPIRE per key, in one MULTI (redis-py's default pipeline).
+        async with self.client.pipeline() as pipeline:
+            pipeline.mset(safe)
+            if timeout is not None:
+                for full in safe:
+                    pipeline.expire(full, timeout)
+            await pipeline.execute()
+        return []
+
+    async def delete_many(self, keys: Any, version: Any = None) -> None:
+        if not keys:
+            return
+        await self.client.delete(*(self._full(key, version) for key in keys))
+
+    async def clear(self) -> bool:
+        return bool(await self.client.flushdb())
+
+    async def incr_version(self, key: Any, delta: int = 1, version: Any = None) -> int:
+        """As ``BaseCache.aincr_version``: the value moves to ``version + delta``."""
+        if version is None:
+            version = self._wrapped.version
+        missing = object()
+        value = await self.get(key, missing, version=version)
+        if value is missing:
+            raise ValueError(f"Key '{key}' not found")
+        await self.set(key, value, version=version + delta)
+        await self.delete(key, version=version)
+        return int(version + delta)
+
+    async def decr_version(self, key: Any, delta: int = 1, version: Any = None) -> int:
+        return await self.incr_version(key, -delta, version)
