@@ -7,24 +7,34 @@ a scenario returned a value), so that CI or ``tox -e bench`` notices a broken ad
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from . import charts, measure, plan, report, runner, servers, targets
+from . import anchors, charts, measure, plan, report, runner, servers, targets
 from .implementations import ADAPTERS, in_scenario
 from .workload import control_every
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
-QUICK_HELP = "smoke run: 2 x 10 clients, 1.5 s churn, 2 000 hit calls, scale to 50, 1 repetition"
-SCENARIOS_HELP = f"comma-separated, of {', '.join(plan.SCENARIOS)} (default: all)"
+QUICK_HELP = (
+    "smoke run: 2 x 10 clients, 1.5 s churn, 2 000 hit calls, scale to 50, 1 repetition; "
+    "async 0.5 s per row; asgi 50 connections for 2 s"
+)
+SCENARIOS_HELP = (
+    f"comma-separated, of {', '.join(plan.SCENARIOS + plan.ASYNC_SCENARIOS)} "
+    f"(default: {','.join(plan.SCENARIOS)}; async and asgi run only when named)"
+)
 IMPLS_HELP = f"comma-separated, of {', '.join(ADAPTERS)} (default: all)"
 
 
@@ -44,6 +54,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--grace", type=float, help="stampede-grace GRACE (and the others' slack)")
     parser.add_argument("--hit-calls", type=int, help="hit: calls per kind")
     parser.add_argument("--scale", help="scale sizes as PxT,PxT,... e.g. 2x5,2x25,4x50,4x200")
+    parser.add_argument("--async-tasks", type=int, help="async: asyncio tasks in the process")
+    parser.add_argument("--async-seconds", type=float, help="async: measured seconds per row")
+    parser.add_argument("--asgi-workers", type=int, help="asgi: uvicorn worker processes")
+    parser.add_argument("--asgi-connections", type=int, help="asgi: wrk connections")
+    parser.add_argument("--asgi-seconds", type=float, help="asgi: measured seconds per view")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results.json, tables.md")
     parser.add_argument("--charts", type=Path, help="where the PNG charts go (default: --out)")
     parser.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
@@ -62,6 +77,11 @@ def settings_from(args: argparse.Namespace) -> plan.Settings:
         "churn_seconds",
         "grace",
         "hit_calls",
+        "async_tasks",
+        "async_seconds",
+        "asgi_workers",
+        "asgi_connections",
+        "asgi_seconds",
     )
     for name in direct:
         if getattr(args, name) is not None:
@@ -87,6 +107,8 @@ def _choose(text: str, allowed: tuple[str, ...] | list[str], what: str) -> list[
 
 def machine(client: Any) -> dict[str, Any]:
     """Return what the figures were measured on."""
+    import stampede
+
     cpu = "unknown"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -111,8 +133,13 @@ def machine(client: Any) -> dict[str, Any]:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             versions[dist] = None
+    versions.update({name: v for name, v in anchors.versions().items() if name not in versions})
     return {
         "stampede": _source_state(),
+        "commit": _git("rev-parse", "HEAD"),
+        # The last commit that changed stampede/, and the copy imported: what was measured.
+        "stampede_changed_in": _git("log", "-1", "--format=%H", "--", "stampede"),
+        "stampede_source": str(Path(stampede.__file__).resolve().parent),
         "nproc": os.cpu_count(),
         "load_average_at_start": os.getloadavg(),
         "cpu": cpu,
@@ -142,6 +169,16 @@ def _source_state() -> str:
     return f"{commit or 'unknown'}{' + local changes' if changed else ''}"
 
 
+def _git(*command: str) -> str:
+    """Return the output of a git command run where the measured sources are, or "unknown"."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        done = subprocess.run(["git", *command], cwd=root, capture_output=True, text=True)
+    except OSError:
+        return "unknown"
+    return done.stdout.strip() or "unknown"
+
+
 class Progress:
     """tqdm when installed, else one line per run."""
 
@@ -155,8 +192,10 @@ class Progress:
         self.total, self.done = total, 0
 
     def step(self, spec: plan.RunSpec) -> None:
+        self.note(f"{spec.scenario} {spec.processes}x{spec.threads} {spec.impl} rep {spec.rep + 1}")
+
+    def note(self, what: str) -> None:
         self.done += 1
-        what = f"{spec.scenario} {spec.processes}x{spec.threads} {spec.impl} rep {spec.rep + 1}"
         if self.bar is not None:
             self.bar.set_description(what)
             self.bar.update(1)
@@ -201,13 +240,40 @@ def _add_not_run(results: dict, scenarios: list[str], impls: list[str], not_run:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the benchmarks; return the exit status.
+
+    SIGTERM ends the run as Ctrl-C does: by an exception, so that every server and process it
+    started (Redis, lock servers, spawned workers, uvicorn) is stopped on the way out.
+    """
+    with _sigterm_raises():
+        return _run(argv)
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def exit_now(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, exit_now)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(argv: list[str] | None) -> int:
     import redis
 
     from stampede.testing import RedisServer
 
     args = parse(argv)
     settings = settings_from(args)
-    scenarios = _choose(args.scenarios, plan.SCENARIOS, "scenarios")
+    scenarios = _choose(args.scenarios, plan.SCENARIOS + plan.ASYNC_SCENARIOS, "scenarios")
+    classic = [scenario for scenario in scenarios if scenario in plan.SCENARIOS]
     impls = _choose(args.impls, list(ADAPTERS), "implementations")
     not_run = {name: reason for name in impls if (reason := ADAPTERS[name].unavailable())}
     runnable = [name for name in impls if name not in not_run]
@@ -216,13 +282,17 @@ def main(argv: list[str] | None = None) -> int:
     with RedisServer() as server:
         client = redis.Redis.from_url(server.url)
         about = machine(client)
+        if "asgi" in scenarios:
+            from .asgi import wrk_version
+
+            about["wrk"] = wrk_version()
         print(
             f"Redis {about['redis_server']} at {server.url}; {about['nproc']} x {about['cpu']}; "
             f"Python {about['python']}; medians of {settings.repeat} repetition(s)"
         )
         specs = [
             spec
-            for spec in plan.runs(settings, scenarios, runnable, server.url)
+            for spec in plan.runs(settings, classic, runnable, server.url)
             if in_scenario(spec.impl, spec.scenario)
         ]
         if args.profile:
@@ -233,10 +303,62 @@ def main(argv: list[str] | None = None) -> int:
             if locks.describe():
                 print(locks.describe())
             started = time.monotonic()
-            results = run_all(specs, client)
-    _add_not_run(results, scenarios, impls, not_run)
+            results = run_all(specs, client) if specs else {}
+        for scenario in scenarios:
+            if scenario in plan.ASYNC_SCENARIOS:
+                results[scenario] = _run_async(scenario, settings, client, server.url)
+        client.close()
+    _add_not_run(results, classic, impls, not_run)
+    results = {scenario: results[scenario] for scenario in scenarios if scenario in results}
     elapsed = time.monotonic() - started
     return _report(results, scenarios, settings, about, args, elapsed)
+
+
+def _run_async(scenario: str, settings: plan.Settings, client: Any, url: str) -> dict:
+    """Run the ``async`` or ``asgi`` scenario; return ``{size: {row: entry}}`` as the others."""
+    from . import asgi, async_calls
+
+    progress = Progress(_async_steps(scenario, settings))
+    try:
+        if scenario == "async":
+            rows = async_calls.run(
+                client,
+                url,
+                tasks=settings.async_tasks,
+                seconds=settings.async_seconds,
+                warm_s=settings.async_warm_s,
+                repeat=settings.repeat,
+                step=progress.note,
+            )
+            return {f"{settings.async_tasks} tasks": rows}
+        rows = asgi.run(
+            client,
+            url,
+            workers=settings.asgi_workers,
+            connections=settings.asgi_connections,
+            seconds=settings.asgi_seconds,
+            warm_s=settings.asgi_warm_s,
+            repeat=settings.repeat,
+            step=progress.note,
+        )
+        return {f"{settings.asgi_connections} connections": rows}
+    finally:
+        progress.close()
+
+
+def _async_steps(scenario: str, settings: plan.Settings) -> int:
+    """Return how many runs the scenario makes here, after saying which backends cannot run."""
+    from . import asgi, async_calls
+
+    missing = {name: why for name, b in anchors.BACKENDS.items() if (why := b.unavailable())}
+    if scenario == "asgi" and (why := asgi.scenario_missing()):
+        missing = dict.fromkeys(anchors.BACKENDS, why)
+    for name, why in missing.items():
+        print(f"{scenario}: {anchors.BACKENDS[name].label}: {why}", file=sys.stderr)
+    if scenario == "async":
+        rows = [n for n in async_calls.row_names() if async_calls.split(n)[0] not in missing]
+        return len(rows) * settings.repeat
+    return (len(anchors.BACKENDS) - len(missing)) * settings.repeat
 
 
 def _with_lock_servers(
@@ -256,6 +378,15 @@ def _with_lock_servers(
 
 
 def _meta(scenario: str, size: str, settings: plan.Settings) -> dict[str, Any]:
+    if scenario in plan.ASYNC_SCENARIOS:
+        return {
+            "tasks": settings.async_tasks,
+            "async_seconds": settings.async_seconds,
+            "workers": settings.asgi_workers,
+            "connections": settings.asgi_connections,
+            "asgi_seconds": settings.asgi_seconds,
+            "python": platform.python_version(),
+        }
     return {
         "size": size,
         "load_ms": (settings.churn_load_s if scenario == "churn" else settings.load_s) * 1000,
@@ -274,7 +405,8 @@ def _report(results, scenarios, settings, about, args, elapsed) -> int:
         size = next(iter(sizes)) if scenario != "scale" else "-"
         heading = report.title(scenario, _meta(scenario, size, settings))
         header, body = report.rows(scenario, sizes, settings.grace)
-        print(f"\n{heading}\n{report.text_table(header, body)}")
+        table = report.text_table(header, body, report.label_columns(scenario))
+        print(f"\n{heading}\n{table}")
         markdown.append(f"### {heading}\n\n{report.markdown_table(header, body)}\n")
     errors = report.errors_section(results, settings.grace)
     if errors:
@@ -291,8 +423,10 @@ def _report(results, scenarios, settings, about, args, elapsed) -> int:
             f"\nload average (1 min) after each run: median {statistics.median(loads):.1f}, "
             f"max {max(loads):.1f} on {os.cpu_count()} cores"
         )
-    checks = targets.check(results, settings)
-    print("\ntargets for stampede:\n  " + "\n  ".join(targets.render(checks)))
+    classic = {s: sizes for s, sizes in results.items() if s in plan.SCENARIOS}
+    checks = targets.check(results, settings) if classic else []
+    if checks:
+        print("\ntargets for stampede:\n  " + "\n  ".join(targets.render(checks)))
     document = {
         "machine": about,
         "settings": settings.as_dict(),
@@ -304,7 +438,9 @@ def _report(results, scenarios, settings, about, args, elapsed) -> int:
     report.write_json(args.out / "results.json", document)
     (args.out / "tables.md").write_text("\n".join(markdown))
     charts_dir = args.charts or args.out
-    written = [] if args.no_charts else charts.write(results, charts_dir, settings.grace)
+    written = []
+    if classic and not args.no_charts:
+        written = charts.write(classic, charts_dir, settings.grace)
     print(
         f"\nwrote {args.out / 'results.json'}, {args.out / 'tables.md'}"
         + "".join(f", {p.name}" for p in written)

@@ -11,6 +11,9 @@ import itertools
 from dataclasses import asdict, dataclass, field, replace
 
 SCENARIOS = ("cold", "churn", "hit", "scale")
+#: Scenarios that run only when named (``--scenarios async,asgi``): asyncio calls in one process
+#: (``async_calls``) and a Django site on uvicorn under wrk (``asgi``), each backend side by side.
+ASYNC_SCENARIOS = ("async", "asgi")
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,16 @@ class Settings:
     # scale: (processes, threads) per size of the cold stampede
     scale: tuple[tuple[int, int], ...] = ((2, 5), (2, 25), (4, 50), (4, 200))
     deadline_s: float = 30.0  # a caller still running this long after the start is "hung"
+    # async: one process, `async_tasks` asyncio tasks call one method for `async_seconds`
+    async_tasks: int = 200
+    async_seconds: float = 2.0
+    async_warm_s: float = 0.5
+    # asgi: uvicorn with `asgi_workers` workers, wrk with `asgi_connections` for `asgi_seconds`
+    # (wrk's durations are whole seconds: fractions are rounded up)
+    asgi_workers: int = 2
+    asgi_connections: int = 300
+    asgi_seconds: float = 10.0
+    asgi_warm_s: float = 2.0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -49,6 +62,11 @@ QUICK = {
     "hit_blocks": 4,
     "scale": ((2, 5), (2, 25)),
     "deadline_s": 15.0,
+    "async_seconds": 0.5,
+    "async_warm_s": 0.2,
+    "asgi_connections": 50,
+    "asgi_seconds": 2.0,
+    "asgi_warm_s": 1.0,
 }
 
 

@@ -1,7 +1,9 @@
 """Tables (terminal and Markdown) and the JSON file of one invocation.
 
 ``results[scenario][size][impl]`` is ``{"row": medians (measure.aggregate), "runs": [...]}``;
-an implementation that could not run here has ``{"not_run": reason}`` instead.
+an implementation that could not run here has ``{"not_run": reason}`` instead. In the ``async``
+and ``asgi`` scenarios the rows are ``"<backend> <method or view>"`` (``benchmarks.anchors``),
+shown as two columns.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .anchors import BACKENDS
 from .implementations import label
 
 Column = tuple[str, Callable[[dict[str, Any]], str]]
@@ -27,6 +30,13 @@ def _num(value: Any, digits: int = 0) -> str:
 
 def _ms(value: Any) -> str:
     return _num(value, 1 if value is not None and value < 10 else 0)
+
+
+def _times(value: Any) -> str:
+    """Return a multiple, e.g. ``0.87x`` (two significant decimals under 10)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.2f}x" if value < 10 else f"{value:.1f}x"
 
 
 def _loads(row: dict[str, Any]) -> str:
@@ -72,6 +82,27 @@ COLUMNS: dict[str, list[Column]] = {
         ("Redis cmds/op", lambda r: _num(r["cmds_per_op"], 2)),
         ("errors", lambda r: _num(r["errors_total"])),
     ],
+    "async": [
+        ("ops/s", lambda r: _num(r["ops_s"])),
+        ("x Django aget", lambda r: _times(r.get("ops_x_django_aget"))),
+        ("x Django, same call", lambda r: _times(r.get("ops_x_django_same"))),
+        ("CPU us/op", lambda r: _num(r["cpu_us_op"], 1)),
+        ("CPU x Django aget", lambda r: _times(r.get("cpu_x_django_aget"))),
+        ("Redis cmds/op", lambda r: _num(r["cmds_per_op"], 2)),
+        ("errors", lambda r: _num(r["errors_total"])),
+    ],
+    "asgi": [
+        ("requests/s", lambda r: _num(r["rps"])),
+        ("x RedisCache", lambda r: _times(r.get("rps_x_django"))),
+        ("p50 ms", lambda r: _ms(r["p50_ms"])),
+        ("p99 ms", lambda r: _ms(r["p99_ms"])),
+        ("non-2xx", lambda r: _num(r["non2xx"])),
+        ("socket errors", lambda r: _num(r["socket_errors"])),
+        ("peak Redis conns", lambda r: _num(r["peak_connections"])),
+        ("app CPU us/req", lambda r: _num(r["cpu_us_req"], 1)),
+        ("CPU x RedisCache", lambda r: _times(r.get("cpu_x_django"))),
+        ("Redis cmds/req", lambda r: _num(r["cmds_per_req"], 2)),
+    ],
     "scale": [
         ("loader calls", _loads),
         ("p50 ms", lambda r: _ms(r["p50_ms"])),
@@ -90,18 +121,41 @@ TITLES = {
     "1 call in {control_share} (cmds/request includes its commands)",
     "hit": "hit: one thread, one warm key, {calls} calls per kind, timed in alternating blocks",
     "scale": "scale: cold stampede as clients grow (processes x threads), loader {load_ms:g} ms",
+    "async": "async: one process, {tasks} asyncio tasks call one method on warm keys, "
+    "{async_seconds:g} s per row; Python {python}; multiples of Django RedisCache's aget "
+    "(and of its own call of the same method)",
+    "asgi": "asgi: Django on uvicorn ({workers} workers), wrk {connections} connections for "
+    "{asgi_seconds:g} s per view, each request two awaits of warm keys; Python {python}; "
+    "multiples of Django RedisCache on the same view",
 }
+#: The scenarios whose rows are ``"<backend> <what>"``, and the name of the second column.
+ANCHORED = {"async": "call", "asgi": "view"}
+
+
+def row_label(scenario: str, name: str, grace: float) -> str:
+    """Return the display label of row ``name`` of ``scenario``."""
+    if scenario in ANCHORED:
+        backend, _, what = name.partition(" ")
+        return f"{BACKENDS[backend].label} {what}"
+    return label(name, grace)
 
 
 def rows(scenario: str, sizes: dict[str, dict], grace: float) -> tuple[list[str], list[list[str]]]:
     """Return (header, rows of cells) of one scenario's table."""
     columns = COLUMNS[scenario]
-    header = ["implementation"] + (["clients"] if scenario == "scale" else [])
+    if scenario in ANCHORED:
+        header = ["backend", ANCHORED[scenario]]
+    else:
+        header = ["implementation"] + (["clients"] if scenario == "scale" else [])
     header += [name for name, _ in columns]
     body = []
     for size, impls in sizes.items():
         for impl, entry in impls.items():
-            cells = [label(impl, grace)] + ([size] if scenario == "scale" else [])
+            if scenario in ANCHORED:
+                backend, _, what = impl.partition(" ")
+                cells = [BACKENDS[backend].label, _view(scenario, what)]
+            else:
+                cells = [label(impl, grace)] + ([size] if scenario == "scale" else [])
             row = entry.get("row", {})
             reason = entry.get("not_run") or row.get("failed")
             if reason:
@@ -109,6 +163,10 @@ def rows(scenario: str, sizes: dict[str, dict], grace: float) -> tuple[list[str]
             else:
                 body.append(cells + [render(row) for _, render in columns])
     return header, body
+
+
+def _view(scenario: str, what: str) -> str:
+    return f"2 x {what}" if scenario == "asgi" else what
 
 
 def _note(reason: str) -> str:
@@ -125,24 +183,33 @@ def title(scenario: str, meta: dict[str, Any]) -> str:
     return TITLES[scenario].format(**meta)
 
 
-def text_table(header: list[str], body: list[list[str]]) -> str:
-    """Return an aligned plain-text table (first column left, the rest right-aligned)."""
+def text_table(header: list[str], body: list[list[str]], labels: int = 1) -> str:
+    """Return an aligned plain-text table: the first ``labels`` columns left-aligned, the
+    figures right-aligned; a note row (shorter than the header) ends in its note."""
     figures = [cells for cells in body if len(cells) == len(header)]
     widths = [max(len(r[i]) for r in [header, *figures]) for i in range(len(header))]
-    widths[0] = max(len(r[0]) for r in [header, *body])
+    for i in range(labels):
+        widths[i] = max(len(r[i]) for r in [header, *body] if i < len(r))
 
     def line(cells: list[str]) -> str:
-        first = cells[0].ljust(widths[0])
-        if len(cells) < len(header):  # a note row: label, (size,) why there are no figures
-            return "  ".join([first, *cells[1:]])
-        return "  ".join([first] + [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)])
+        left = [c.ljust(w) for c, w in zip(cells[:labels], widths, strict=False)]
+        if len(cells) < len(header):  # a note row: labels, (size,) why there are no figures
+            return "  ".join([*left, *cells[labels:]])
+        right = [c.rjust(w) for c, w in zip(cells[labels:], widths[labels:], strict=True)]
+        return "  ".join(left + right)
 
     return "\n".join([line(header), line(["-" * w for w in widths]), *map(line, body)])
 
 
+def label_columns(scenario: str) -> int:
+    """Return how many leading columns of ``scenario``'s table are labels, not figures."""
+    return 2 if scenario in ANCHORED else 1
+
+
 def markdown_table(header: list[str], body: list[list[str]]) -> str:
     """Return a GitHub Markdown table of the same cells."""
-    rule = "|".join(["---"] + ["---:"] * (len(header) - 1))
+    labels = 2 if header[:1] == ["backend"] else 1
+    rule = "|".join(["---"] * labels + ["---:"] * (len(header) - labels))
     lines = ["| " + " | ".join(header) + " |", f"|{rule}|"]
     lines += ["| " + " | ".join(cells + [""] * (len(header) - len(cells))) + " |" for cells in body]
     return "\n".join(lines)
@@ -157,7 +224,8 @@ def errors_section(results: dict[str, dict], grace: float) -> list[str]:
                 row = entry.get("row", {})
                 if row.get("first_error"):
                     message = row["first_error"].strip().splitlines()[-1][:200]
-                    lines.append(f"{scenario} {size} {label(impl, grace)}: {message}")
+                    name = row_label(scenario, impl, grace)
+                    lines.append(f"{scenario} {size} {name}: {message}")
     return lines
 
 

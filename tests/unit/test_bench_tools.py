@@ -20,7 +20,18 @@ from pathlib import Path
 import pytest
 import redis as redis_py
 
-from benchmarks import measure, near, plan, runner, servers, soak
+from benchmarks import (
+    anchors,
+    asgi,
+    async_calls,
+    measure,
+    near,
+    plan,
+    report,
+    runner,
+    servers,
+    soak,
+)
 from benchmarks.implementations import ADAPTERS, in_scenario
 from benchmarks.workload import IMPL
 from stampede.core import meta
@@ -264,3 +275,124 @@ def test_near_latency_runs_and_the_reader_sees_every_write(tmp_path):
     assert result["wrong_values"] == 0
     # A copy that Redis's report did not drop would be served until its TTL (1 s).
     assert result["figures"]["max_ms"] < 1000 * result["settings"]["near_cache"]["TTL"]
+
+
+WRK_REPORT = """Running 10s test @ http://127.0.0.1:53739/aget
+  2 threads and 300 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency   156.82ms   38.01ms   1.02s    71.36%
+    Req/Sec   158.36     93.04   287.00     66.67%
+  Latency Distribution
+     50%  612.00us
+     75%  182.64ms
+     90%  217.04ms
+     99%    1.02s
+  6320 requests in 10.05s, 85.79KB read
+  Socket errors: connect 0, read 3, write 0, timeout 12
+  Non-2xx or 3xx responses: 5
+Requests/sec:    628.86
+Transfer/sec:     41.87KB
+"""
+
+
+def test_a_wrk_report_gives_rates_latency_in_ms_and_every_kind_of_error():
+    figures = asgi.parse_wrk(WRK_REPORT)
+    assert figures["requests"] == 6320
+    assert figures["duration_s"] == pytest.approx(10.05)
+    assert figures["rps"] == pytest.approx(628.86)
+    assert figures["p50_ms"] == pytest.approx(0.612)
+    assert figures["p99_ms"] == pytest.approx(1020.0)
+    assert (figures["socket_read"], figures["socket_timeout"], figures["socket_errors"]) == (
+        3,
+        12,
+        15,
+    )
+    assert figures["non2xx"] == 5
+    assert figures["errors"] == 20
+
+
+def test_a_clean_wrk_report_has_no_errors_and_a_non_report_is_refused():
+    clean = "\n".join(
+        line for line in WRK_REPORT.splitlines() if "errors" not in line and "Non-2xx" not in line
+    )
+    figures = asgi.parse_wrk(clean)
+    assert (figures["errors"], figures["non2xx"], figures["socket_errors"]) == (0, 0, 0)
+    with pytest.raises(ValueError, match="not a wrk report"):
+        asgi.parse_wrk("unable to connect to 127.0.0.1:1 Connection refused")
+
+
+def test_async_rows_are_multiples_of_djangos_aget_and_of_its_same_call():
+    entries = {
+        "django aget": {"row": {"ops_s": 1000.0, "cpu_us_op": 200.0}},
+        "django aset": {"row": {"ops_s": 500.0, "cpu_us_op": 300.0}},
+        "stampede aset": {"row": {"ops_s": 250.0, "cpu_us_op": 400.0}},
+        "stampede-near aget": {"row": {"ops_s": 30000.0, "cpu_us_op": 10.0}},
+        "vcache aget": {
+            "not_run": "not run: django-vcache needs Python 3.12+, this is Python 3.11"
+        },
+        "valkey aget": {"row": {"failed": "boom"}},
+    }
+    async_calls.add_multiples(entries)
+    aset = entries["stampede aset"]["row"]
+    assert (aset["ops_x_django_aget"], aset["ops_x_django_same"]) == (0.25, 0.5)
+    assert aset["cpu_x_django_aget"] == 2.0
+    assert entries["stampede-near aget"]["row"]["ops_x_django_aget"] == 30.0
+    assert entries["django aget"]["row"]["ops_x_django_same"] == 1.0
+    assert "ops_x_django_aget" not in entries["valkey aget"]["row"]
+    assert math.isnan(async_calls.ratio(1.0, 0.0)) and math.isnan(async_calls.ratio(None, 2.0))
+
+
+def test_asgi_rows_are_multiples_of_rediscache_on_the_same_view():
+    entries = {
+        "django aget": {"row": {"rps": 100.0, "p99_ms": 400.0, "cpu_us_req": 3000.0}},
+        "django aget_or_set": {"row": {"failed": "uvicorn exited"}},
+        "vcache aget": {"row": {"rps": 300.0, "p99_ms": 100.0, "cpu_us_req": 1000.0}},
+        "vcache aget_or_set": {"row": {"rps": 300.0, "p99_ms": 100.0, "cpu_us_req": 1000.0}},
+    }
+    asgi.add_multiples(entries)
+    row = entries["vcache aget"]["row"]
+    assert (row["rps_x_django"], row["p99_x_django"]) == (3.0, 0.25)
+    assert row["cpu_x_django"] == pytest.approx(1 / 3)
+    assert math.isnan(entries["vcache aget_or_set"]["row"]["rps_x_django"])  # no baseline
+
+
+def test_the_anchors_have_two_async_rows_and_say_which_python_they_need():
+    names = async_calls.row_names()
+    assert [n for n in names if n.startswith(("vcache ", "valkey "))] == [
+        "vcache aget",
+        "valkey aget",
+        "vcache aget_or_set",
+        "valkey aget_or_set",
+    ]
+    assert {async_calls.split(n)[1] for n in names if n.startswith("stampede-near ")} == set(
+        async_calls.METHODS
+    )
+    vcache = anchors.BACKENDS["vcache"]
+    assert vcache.unavailable((3, 11)) == (
+        "not run: django-vcache needs Python 3.12+, this is Python 3.11"
+    )
+    assert anchors.BACKENDS["stampede"].unavailable((3, 10)) is None
+    assert set(anchors.caches("redis://127.0.0.1:1/0")) >= set(anchors.BACKENDS)
+
+
+def test_anchored_tables_keep_backend_and_call_as_label_columns():
+    sizes = {
+        "200 tasks": {
+            "django aget": {
+                "row": {
+                    "ops_s": 1000.0,
+                    "ops_x_django_aget": 1.0,
+                    "cpu_us_op": 2.0,
+                    "cmds_per_op": 1.0,
+                    "errors_total": 0,
+                }
+            },
+            "vcache aget": {"not_run": "not run: django-vcache needs Python 3.12+"},
+        }
+    }
+    header, body = report.rows("async", sizes, 1.0)
+    assert header[:3] == ["backend", "call", "ops/s"]
+    assert body[0][:4] == ["Django RedisCache", "aget", "1 000", "1.00x"]
+    assert body[1] == ["django-vcache", "aget", "not run: django-vcache needs Python 3.12+"]
+    table = report.text_table(header, body, report.label_columns("async")).splitlines()
+    assert table[3].startswith("django-vcache      aget  not run:")

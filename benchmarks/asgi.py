@@ -1,0 +1,431 @@
+"""``--scenarios asgi``: a Django site on uvicorn under wrk, one backend at a time.
+
+For each backend of ``benchmarks.anchors``, this module starts ``uvicorn
+benchmarks.asgi_site:application`` with ``workers`` (2) worker processes on a free 127.0.0.1
+port, waits until every worker answers, fills the keys (``/warm``), and for each view
+(``/aget``: two ``await cache.aget``; ``/aget_or_set``: two ``await cache.aget_or_set``) runs
+Debian's ``wrk`` with ``connections`` (300) connections: ``warm_s`` unmeasured, then ``seconds``
+(10) measured. During the measured run:
+
+- wrk reports requests/s, the latency distribution (p50, p99), non-2xx responses and socket
+  errors (connect, read, write, timeout: ``parse_wrk``);
+- a thread samples ``CLIENT LIST`` every ``SAMPLE_S`` on its own connection (named
+  ``HARNESS``, and not counted) and keeps the largest number of other connections: the peak
+  Redis connections of the site;
+- the CPU time (user + system) of uvicorn's worker processes is read with psutil before and
+  after; the difference divided by the requests is the app CPU per request;
+- ``INFO commandstats`` after ``CONFIG RESETSTAT`` gives the Redis commands per request.
+
+Every figure is also given as a multiple of Django's plain ``RedisCache`` in the same run.
+wrk, uvicorn and Redis share the machine's cores: the figures are relative, not capacity.
+
+Rule: only 127.0.0.1 is contacted. uvicorn runs in a session of its own, so that its process
+group (the supervisor and its workers) is stopped by its id on every exit (an error, Ctrl-C,
+or SIGTERM, which ``python -m benchmarks`` turns into ``SystemExit``); wrk stops by itself
+after its duration and is killed past a margin.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .anchors import BACKENDS, DJANGO
+from .async_calls import ratio, split
+
+VIEWS = ("aget", "aget_or_set")
+ROOT = Path(__file__).resolve().parent.parent  # the source tree whose stampede/ is measured
+HARNESS = "stampede-bench-harness"
+SAMPLE_S = 0.05
+STARTUP_S = 60.0  # uvicorn's workers import Django and the backend
+STOP_S = 10.0
+WRK_MARGIN_S = 30.0
+
+
+# -- wrk's report ----------------------------------------------------------------------------
+
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3}
+_DURATION = r"([\d.]+)(us|ms|s|m|h)"
+
+
+def _ms(number: str, unit: str) -> float:
+    return float(number) * _UNITS[unit]
+
+
+def parse_wrk(text: str) -> dict[str, Any]:
+    """Return the figures of a ``wrk --latency`` report: requests, rates, latency, errors.
+
+    Latencies are in milliseconds; a percentile wrk did not print is NaN. ``errors`` adds up
+    non-2xx (and 3xx) responses and socket errors; a report without a requests line raises
+    ``ValueError``.
+    """
+    total = re.search(r"^\s*(\d+) requests in " + _DURATION, text, re.MULTILINE)
+    if total is None:
+        raise ValueError(f"not a wrk report: {text[:300]!r}")
+    rate = re.search(r"^Requests/sec:\s*([\d.]+)", text, re.MULTILINE)
+    figures: dict[str, Any] = {
+        "requests": int(total.group(1)),
+        "duration_s": _ms(total.group(2), total.group(3)) / 1000,
+        "rps": float(rate.group(1)) if rate else math.nan,
+    }
+    for percent in (50, 75, 90, 99):
+        found = re.search(rf"^\s*{percent}(?:\.0+)?%\s+{_DURATION}", text, re.MULTILINE)
+        figures[f"p{percent}_ms"] = _ms(found.group(1), found.group(2)) if found else math.nan
+    non2xx = re.search(r"Non-2xx or 3xx responses:\s*(\d+)", text)
+    figures["non2xx"] = int(non2xx.group(1)) if non2xx else 0
+    sockets = re.search(
+        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text
+    )
+    names = ("connect", "read", "write", "timeout")
+    counts = [int(n) for n in sockets.groups()] if sockets else [0, 0, 0, 0]
+    figures.update({f"socket_{name}": count for name, count in zip(names, counts, strict=True)})
+    figures["socket_errors"] = sum(counts)
+    figures["errors"] = figures["non2xx"] + figures["socket_errors"]
+    return figures
+
+
+def wrk_missing() -> str | None:
+    """Return why wrk cannot run here (a ``not run: ...`` note), or None."""
+    if shutil.which("wrk") is None:
+        return "not run: wrk not found (Debian: apt-get install wrk)"
+    return None
+
+
+def wrk_version() -> str:
+    """Return wrk's version line (it prints it with its usage, and exits non-zero)."""
+    try:
+        done = subprocess.run(["wrk", "--version"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    lines = (done.stdout or done.stderr).strip().splitlines()
+    return lines[0].strip() if lines else "unknown"
+
+
+def scenario_missing() -> str | None:
+    """Return why no row of this scenario can run here (wrk, uvicorn, psutil), or None."""
+    import importlib.util
+
+    for module, dist in (("uvicorn", "uvicorn"), ("psutil", "psutil")):
+        if importlib.util.find_spec(module) is None:
+            return f"not run: {dist} not installed (pip install -e '.[bench]')"
+    return wrk_missing()
+
+
+# -- the site under load ---------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """Return a TCP port free on 127.0.0.1 at the moment of asking."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _get(url: str, timeout: float = 5.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return bytes(response.read())
+
+
+class Site:
+    """uvicorn serving ``asgi_site`` for one backend; ``stop`` ends its whole process group."""
+
+    def __init__(self, redis_url: str, backend: str, workers: int) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.workers = workers
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        env["STAMPEDE_BENCH_REDIS_URL"] = redis_url
+        env["STAMPEDE_BENCH_BACKEND"] = backend
+        command = [sys.executable, "-m", "uvicorn", "benchmarks.asgi_site:application"]
+        command += ["--host", "127.0.0.1", "--port", str(self.port), "--workers", str(workers)]
+        command += ["--lifespan", "off", "--no-access-log", "--log-level", "warning"]
+        self.process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: stopped whole, by its id
+        )
+
+    def log_tail(self, lines: int = 15) -> str:
+        self.log.seek(0)
+        return "\n".join(self.log.read().decode(errors="replace").splitlines()[-lines:])
+
+    def wait_ready(self, timeout: float = STARTUP_S) -> set[int]:
+        """Return the worker pids once every worker has answered ``/pid``.
+
+        Raises:
+            RuntimeError: uvicorn exited, or not every worker answered within ``timeout``.
+        """
+        deadline = time.monotonic() + timeout
+        seen: set[int] = set()
+        while len(seen) < self.workers:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"uvicorn exited ({self.process.returncode}): {self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"{len(seen)} of {self.workers} uvicorn workers answered within "
+                    f"{timeout:g} s: {self.log_tail()}"
+                )
+            try:
+                seen.add(int(_get(f"{self.base}/pid", timeout=2.0)))
+            except (OSError, ValueError):
+                time.sleep(0.1)  # not listening yet: uvicorn is importing Django
+        return seen
+
+    def worker_processes(self, pids: set[int]) -> list[Any]:
+        """Return the worker processes ``pids`` (as :meth:`wait_ready` found them) that live."""
+        import psutil
+
+        found = []
+        for pid in sorted(pids):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                found.append(psutil.Process(pid))
+        return found
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=STOP_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=STOP_S)
+        else:  # the supervisor is gone; a worker it left behind is still in the group
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+        self.log.close()
+
+
+def cpu_seconds(processes: list[Any]) -> dict[int, float]:
+    """Return each live process's CPU time so far (user + system, children not included)."""
+    import psutil
+
+    times = {}
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            cpu = process.cpu_times()
+            times[process.pid] = cpu.user + cpu.system
+    return times
+
+
+class ConnectionSampler:
+    """A thread that keeps the peak number of Redis connections other than the harness's."""
+
+    def __init__(self, redis_url: str) -> None:
+        import redis
+
+        self.client = redis.Redis.from_url(redis_url, client_name=HARNESS)
+        self.peak = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="redis-conn-sampler", daemon=True)
+
+    def connections(self) -> int:
+        return sum(1 for entry in self.client.client_list() if entry.get("name") != HARNESS)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.connections())
+            self.samples += 1
+            self._stop.wait(SAMPLE_S)
+
+    def __enter__(self) -> ConnectionSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.client.close()
+
+
+def run_wrk(url: str, connections: int, seconds: float, threads: int) -> str:
+    """Return wrk's report of ``seconds`` of load on ``url``, rounded up to whole seconds (wrk
+    takes no fractions). wrk stops by itself; it is killed past a margin."""
+    whole = max(1, math.ceil(seconds))
+    command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{whole}s", "--latency"]
+    command += ["--timeout", f"{max(whole, 2)}s", url]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=seconds + WRK_MARGIN_S, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"wrk exited {done.returncode}: {(done.stderr or done.stdout)[-500:]}")
+    return done.stdout
+
+
+def measure_view(
+    site: Site,
+    pids: set[int],
+    client: Any,
+    redis_url: str,
+    view: str,
+    *,
+    connections: int,
+    seconds: float,
+) -> dict[str, Any]:
+    """Return one measured wrk run of ``view`` with its connections, CPU and command counts."""
+    from .measure import commands
+    from .runner import command_counts
+
+    workers = site.worker_processes(pids)
+    client.config_resetstat()
+    before = cpu_seconds(workers)
+    with ConnectionSampler(redis_url) as sampler:
+        report = run_wrk(f"{site.base}/{view}", connections, seconds, threads=_wrk_threads())
+    after = cpu_seconds(workers)
+    _, cmds = commands(command_counts(client))
+    figures = parse_wrk(report)
+    requests = figures["requests"]
+    cpu = sum(after[pid] - before[pid] for pid in after if pid in before)
+    figures.update(
+        ok=requests - figures["non2xx"],
+        hung=0,
+        first_error=_first_error(figures),
+        workers_alive=len(after),
+        app_cpu_s=cpu,
+        cpu_us_req=cpu / requests * 1e6 if requests else math.nan,
+        peak_connections=sampler.peak,
+        connection_samples=sampler.samples,
+        cmds=cmds,
+        cmds_per_req=cmds / requests if requests else math.nan,
+        wrk_report=report,
+    )
+    return figures
+
+
+def _wrk_threads() -> int:
+    return max(1, min(os.cpu_count() or 1, 4))
+
+
+def _first_error(figures: dict[str, Any]) -> str | None:
+    if not figures["errors"]:
+        return None
+    parts = [f"{figures['non2xx']} non-2xx"] if figures["non2xx"] else []
+    names = ("connect", "read", "write", "timeout")
+    parts += [f"socket {n} {figures[f'socket_{n}']}" for n in names if figures[f"socket_{n}"]]
+    return "wrk: " + ", ".join(parts)
+
+
+def run_backend(
+    client: Any,
+    redis_url: str,
+    backend: str,
+    *,
+    workers: int,
+    connections: int,
+    seconds: float,
+    warm_s: float,
+) -> dict[str, dict[str, Any]]:
+    """Serve ``backend`` once and load each view; return ``{view: figures or {"failed": ...}}``."""
+    client.flushall()
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        site = Site(redis_url, backend, workers)
+    except OSError as exc:
+        return {view: {"failed": f"uvicorn did not start: {exc}"} for view in VIEWS}
+    try:
+        pids = site.wait_ready()
+        _get(f"{site.base}/warm")
+        for view in VIEWS:
+            url = f"{site.base}/{view}"
+            if warm_s > 0:  # connections, thread pools, near copies: not measured
+                run_wrk(url, connections, warm_s, threads=_wrk_threads())
+            figures = measure_view(
+                site, pids, client, redis_url, view, connections=connections, seconds=seconds
+            )
+            figures["worker_pids"] = sorted(pids)
+            out[view] = figures
+    except (RuntimeError, OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+        for view in VIEWS:
+            out.setdefault(view, {"failed": reason})
+    finally:
+        site.stop()
+    return out
+
+
+def row_names() -> list[str]:
+    """Return every row, ``"<backend> <view>"``, grouped by view."""
+    return [f"{backend} {view}" for view in VIEWS for backend in BACKENDS]
+
+
+def add_multiples(entries: dict[str, dict[str, Any]]) -> None:
+    """Add to every measured row its requests/s, latency and CPU as multiples of RedisCache's
+    row of the same view."""
+    for name, entry in entries.items():
+        row = entry.get("row")
+        base_entry = entries.get(f"{DJANGO} {split(name)[1]}", {}).get("row")
+        if row is None or "failed" in row:
+            continue
+        base = base_entry if base_entry and "failed" not in base_entry else {}
+        row["rps_x_django"] = ratio(row.get("rps"), base.get("rps"))
+        row["p99_x_django"] = ratio(row.get("p99_ms"), base.get("p99_ms"))
+        row["cpu_x_django"] = ratio(row.get("cpu_us_req"), base.get("cpu_us_req"))
+
+
+def run(
+    client: Any,
+    redis_url: str,
+    *,
+    workers: int,
+    connections: int,
+    seconds: float,
+    warm_s: float,
+    repeat: int,
+    step: Callable[[str], None] = lambda what: None,
+) -> dict[str, dict[str, Any]]:
+    """Run every backend ``repeat`` times (alternating order); return ``{row: entry}``."""
+    from .measure import aggregate
+
+    names = row_names()
+    missing = scenario_missing()
+    not_run = {
+        name: reason
+        for name in names
+        if (reason := missing or BACKENDS[split(name)[0]].unavailable())
+    }
+    backends = [backend for backend in BACKENDS if f"{backend} {VIEWS[0]}" not in not_run]
+    entries: dict[str, dict[str, Any]] = {
+        name: {"not_run": not_run[name]} if name in not_run else {"runs": []} for name in names
+    }
+    for rep in range(repeat):
+        for backend in backends if rep % 2 == 0 else backends[::-1]:
+            measured = run_backend(
+                client,
+                redis_url,
+                backend,
+                workers=workers,
+                connections=connections,
+                seconds=seconds,
+                warm_s=warm_s,
+            )
+            for view, figures in measured.items():
+                figures["load1"] = os.getloadavg()[0]
+                entries[f"{backend} {view}"]["runs"].append(figures)
+            step(f"asgi {backend} rep {rep + 1}")
+    for entry in entries.values():
+        if "runs" in entry:
+            entry["row"] = aggregate(entry["runs"])
+    add_multiples(entries)
+    return entries

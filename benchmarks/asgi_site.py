@@ -1,0 +1,93 @@
+"""The Django project that ``--scenarios asgi`` serves with uvicorn: settings, views, application.
+
+uvicorn imports ``benchmarks.asgi_site:application`` in each worker process; the parent
+(``benchmarks.asgi``) names the Redis and the backend in the environment:
+``STAMPEDE_BENCH_REDIS_URL`` and ``STAMPEDE_BENCH_BACKEND`` (an alias of ``anchors.caches``).
+
+Views, each answering 200 ``ok`` only when every value read is the one stored, else 500 (which
+wrk counts as a non-2xx response):
+
+- ``/aget``: two ``await cache.aget(key)`` of warm keys;
+- ``/aget_or_set``: two ``await cache.aget_or_set(key, loader, 3600)`` of warm keys (the loader
+  returns the stored value, so even a miss answers right; it is not expected to run);
+- ``/warm``: ``aset`` of both keys, once before the load;
+- ``/pid``: the worker's process id, so the parent knows every worker answers.
+
+No middleware, no database, no templates: what a request costs beyond the two cache calls is
+Django's request handling, the same for every backend.
+"""
+
+from __future__ import annotations
+
+import os
+
+import django
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.urls import path
+
+from .anchors import caches as caches_setting
+
+KEYS = ("asgi:a", "asgi:b")
+VALUE = {"id": 42, "name": "report", "rows": list(range(20))}
+TIMEOUT = 3600
+VIEWS = ("aget", "aget_or_set")
+
+settings.configure(
+    DEBUG=False,
+    SECRET_KEY="benchmarks-asgi-site",  # no session, no signing: a fixed key is enough
+    ALLOWED_HOSTS=["127.0.0.1", "localhost"],
+    ROOT_URLCONF=__name__,
+    MIDDLEWARE=[],
+    INSTALLED_APPS=[],
+    USE_TZ=True,
+    CACHES=caches_setting(os.environ["STAMPEDE_BENCH_REDIS_URL"]),
+)
+django.setup()
+
+from django.core.asgi import get_asgi_application  # noqa: E402 (needs the settings above)
+from django.core.cache import caches  # noqa: E402
+
+ALIAS = os.environ["STAMPEDE_BENCH_BACKEND"]
+
+
+def _answer(values: list[object]) -> HttpResponse:
+    if all(value == VALUE for value in values):
+        return HttpResponse(b"ok", content_type="text/plain")
+    return HttpResponse(b"wrong value", status=500, content_type="text/plain")
+
+
+def _loader() -> object:
+    return VALUE
+
+
+async def two_agets(request: HttpRequest) -> HttpResponse:
+    cache = caches[ALIAS]
+    return _answer([await cache.aget(KEYS[0]), await cache.aget(KEYS[1])])
+
+
+async def two_aget_or_sets(request: HttpRequest) -> HttpResponse:
+    cache = caches[ALIAS]
+    first = await cache.aget_or_set(KEYS[0], _loader, TIMEOUT)
+    return _answer([first, await cache.aget_or_set(KEYS[1], _loader, TIMEOUT)])
+
+
+async def warm(request: HttpRequest) -> HttpResponse:
+    cache = caches[ALIAS]
+    for key in KEYS:
+        await cache.aset(key, VALUE, TIMEOUT)
+    return HttpResponse(b"warm", content_type="text/plain")
+
+
+async def pid(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(str(os.getpid()).encode(), content_type="text/plain")
+
+
+urlpatterns = [
+    path("aget", two_agets),
+    path("aget_or_set", two_aget_or_sets),
+    path("warm", warm),
+    path("pid", pid),
+]
+
+application = get_asgi_application()
