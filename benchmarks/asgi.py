@@ -396,8 +396,6 @@ def run(
     step: Callable[[str], None] = lambda what: None,
 ) -> dict[str, dict[str, Any]]:
     """Run every backend ``repeat`` times (alternating order); return ``{row: entry}``."""
-    from .measure import aggregate
-
     names = row_names()
     missing = scenario_missing()
     not_run = {
@@ -424,8 +422,21 @@ def run(
                 figures["load1"] = os.getloadavg()[0]
                 entries[f"{backend} {view}"]["runs"].append(figures)
             step(f"asgi {backend} rep {rep + 1}")
-    for entry in entries.values():
-        if "runs" in entry:
-            entry["row"] = aggregate(entry["runs"])
-    add_multiples(entries)
+    summarize(entries)
     return entries
+
+
+def summarize(entries: dict[str, dict[str, Any]]) -> None:
+    """Give every row that ran its medians (``measure.aggregate``), its errors added up over
+    the repetitions (``non2xx_total``, ``socket_errors_total``: one error matters even where
+    the median run had none), and its multiples of RedisCache's row."""
+    from .measure import aggregate
+
+    for entry in entries.values():
+        if "runs" not in entry:
+            continue
+        row = entry["row"] = aggregate(entry["runs"])
+        measured = [run for run in entry["runs"] if "failed" not in run]
+        for name in ("non2xx", "socket_errors"):
+            row[f"{name}_total"] = sum(run[name] for run in measured)
+    add_multiples(entries)

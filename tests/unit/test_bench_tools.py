@@ -396,3 +396,20 @@ def test_anchored_tables_keep_backend_and_call_as_label_columns():
     assert body[1] == ["django-vcache", "aget", "not run: django-vcache needs Python 3.12+"]
     table = report.text_table(header, body, report.label_columns("async")).splitlines()
     assert table[3].startswith("django-vcache      aget  not run:")
+
+
+def test_asgi_rows_add_up_their_errors_over_every_repetition():
+    clean = {"ok": 10, "errors": 0, "hung": 0, "first_error": None, "rps": 5.0}
+    clean |= {"non2xx": 0, "socket_errors": 0}
+    failing = clean | {"errors": 3, "non2xx": 1, "socket_errors": 2, "first_error": "wrk: ..."}
+    entries = {
+        "django aget": {"runs": [clean, clean, failing]},
+        "vcache aget": {"runs": [clean, {"failed": "uvicorn exited (1)"}]},
+        "valkey aget": {"not_run": "not run: wrk not found (Debian: apt-get install wrk)"},
+    }
+    asgi.summarize(entries)
+    row = entries["django aget"]["row"]
+    assert (row["non2xx"], row["socket_errors"]) == (0, 0)  # the medians
+    assert (row["non2xx_total"], row["socket_errors_total"], row["errors_total"]) == (1, 2, 3)
+    assert entries["vcache aget"]["row"]["rps_x_django"] == 1.0
+    assert "row" not in entries["valkey aget"]
