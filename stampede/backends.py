@@ -46,7 +46,7 @@ from .core.keys import CacheKey
 from .exceptions import NotFound
 from .fill.filler import Filler
 from .fill.near import NearReads
-from .redis_calls import DjangoRedisCalls
+from .redis_calls import NativeCalls
 
 __all__ = ["NOT_FOUND", "REDIS_URL_SCHEMES", "StampedeCache"]
 
@@ -356,8 +356,7 @@ class StampedeCache(BaseCache):
                 return passthrough.unwrap(record, default)
             except RedisError:
                 pass
-        native = self._native_calls()
-        read = self._wrapped.aget if native is None else native.get
+        read = passthrough.async_method(self, "get", kwargs)
         return passthrough.older(await read(*args, **kwargs), args, kwargs)
 
     def get_many(self, keys: Any, *args: Any, **kwargs: Any) -> dict[Any, Any]:
@@ -380,14 +379,14 @@ class StampedeCache(BaseCache):
                 return self._by_key(named, await async_near.read_many(near, store, list(named)))
             except RedisError:
                 pass
-        native = self._native_calls()
-        read = self._wrapped.aget_many if native is None else native.get_many
+        read = passthrough.async_method(self, "get_many", kwargs)
         return passthrough.older_many(await read(keys, *args, **kwargs))
 
-    def _native_calls(self) -> DjangoRedisCalls | None:
+    def _native_calls(self) -> NativeCalls | None:
         """Return the running loop's asyncio calls of the wrapped cache (``redis_calls``), or
         None where its own ``a*`` methods answer (a backing other than Django's ``RedisCache``
-        with one server, a Sentinel-managed pool). Kept per loop, weakly, as the fillers are."""
+        or django-redis's with one server, a Sentinel-managed pool).
+        Kept per loop, weakly, as the fillers are."""
         loop = asyncio.get_running_loop()
         try:
             return self._native_by_loop[loop]

@@ -2,7 +2,8 @@
 
 Everything else reaches a Django cache through what this module returns: a store for the fill
 protocol (``store_for``), its asyncio twin (``async_store_for``), the Redis client that holds a
-cache's locks (a store's ``client``), the lock client of the Celery guard
+cache's locks (a store's ``client``), what the asyncio calls over a cache take from it
+(``reads_one_server``, ``django_redis_parts``), the lock client of the Celery guard
 (``celery_lock_client``), and Django's page-cache decision (``PageCacheUpdate``). Internals
 change between Django releases; one module to change.
 
@@ -28,8 +29,10 @@ import os
 import pickle
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import django
 from django.middleware.cache import UpdateCacheMiddleware
 
 from .aio.backend_store import BackendStore as AsyncBackendStore
@@ -89,6 +92,68 @@ def reads_one_server(backend: Any) -> bool:
     except ImportError:  # pragma: no cover - Django < 4.0
         return False
     return type(backend) is RedisCache and len(backend._servers) == 1
+
+
+@dataclass(frozen=True)
+class DjangoRedisParts:
+    """What the asyncio calls of a django-redis cache (``redis_calls.DjangoRedisClientCalls``)
+    take from it: its ``DefaultClient``'s own key making and value codec, its
+    ``IGNORE_EXCEPTIONS``, and the answers that depend on the installed versions."""
+
+    #: ``DefaultClient.make_key(key, version=None, prefix=None)``: no validation, as its calls.
+    make_key: Callable[..., Any]
+    #: Its serializer and compressor (ints stay ints, stored as digits), and back.
+    encode: Callable[[Any], Any]
+    decode: Callable[[Any], Any]
+    #: A key as its caller first named it (``incr_version`` renames a key it already made).
+    original_key: Callable[[Any], Any]
+    #: ``OPTIONS["IGNORE_EXCEPTIONS"]``: a connection error answers the call's default.
+    ignore_exceptions: bool
+    #: The logger of ignored errors (``DJANGO_REDIS_LOG_IGNORED_EXCEPTIONS``), or None.
+    logger: Any
+    #: django-redis 6 and later spell a missing key's message with its ``repr``,
+    quotes_keys: bool
+    #: and answer 0 to ``delete_many([])`` (None before).
+    nothing_deleted: int | None
+    #: Django 6.1 and later: ``BaseCache``'s ``a*`` methods run the sync method a backend
+    #: overrides (``aset_many`` answers its ``set_many``); before, generic code over ``aset``.
+    async_runs_own_sync: bool
+
+
+def django_redis_parts(backend: Any) -> DjangoRedisParts | None:
+    """Return what the asyncio calls of ``backend`` take from it, or None where its own ``a*``
+    methods must answer: not exactly django-redis's ``RedisCache`` with its ``DefaultClient``
+    (a subclass or another ``CLIENT_CLASS`` may send other commands), several servers (reads
+    go to a random replica), or ``REPLICA_READ_ONLY`` off (a failed write is sent again)."""
+    try:
+        import django_redis
+        from django_redis.cache import RedisCache
+        from django_redis.client import DefaultClient
+        from django_redis.util import CacheKey
+    except ImportError:
+        return None
+    if type(backend) is not RedisCache:
+        return None
+    client = backend.client
+    if type(client) is not DefaultClient or len(client._server) != 1:
+        return None
+    if not client._replica_read_only:
+        return None
+
+    def original_key(key: Any) -> Any:
+        return key.original_key() if isinstance(key, CacheKey) else key
+
+    return DjangoRedisParts(
+        make_key=client.make_key,
+        encode=client.encode,
+        decode=client.decode,
+        original_key=original_key,
+        ignore_exceptions=bool(backend._ignore_exceptions),
+        logger=backend.logger if backend._log_ignored_exceptions else None,
+        quotes_keys=tuple(django_redis.VERSION) >= (6,),
+        nothing_deleted=0 if tuple(django_redis.VERSION) >= (6,) else None,
+        async_runs_own_sync=django.VERSION >= (6, 1),
+    )
 
 
 def async_store_for(store: RedisStore | BackendStore) -> Any:

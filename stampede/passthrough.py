@@ -147,7 +147,7 @@ def forward(
 
     async def acall(self: Any, *args: Any, **kwargs: Any) -> Any:
         head, passed = _arguments(first, args, kwargs)
-        method = _async_method(self, name)
+        method = async_method(self, name, kwargs)
         if then is None:
             return answer(await method(*passed, **kwargs))
         after = getattr(self, "_a" + then[1:], None) or _awaitable(getattr(self, then))
@@ -164,12 +164,14 @@ def forward(
     return _named(call, name, first), _named(acall, "a" + name, first)
 
 
-def _async_method(cache: Any, name: str) -> Callable[..., Any]:
-    """Return the asyncio call ``name`` of ``cache``'s wrapped cache: native where the cache has
-    native calls of it (``stampede.redis_calls``), else the wrapped cache's own ``a<name>``."""
+def async_method(cache: Any, name: str, kwargs: dict[str, Any]) -> Callable[..., Any]:
+    """Return the asyncio call ``name`` of ``cache``'s wrapped cache, for a call passing the
+    keyword arguments ``kwargs``: native where the cache's native calls serve it
+    (``stampede.redis_calls``), else the wrapped cache's own ``a<name>``."""
     native = cache._native_calls()
-    method = None if native is None else getattr(native, name, None)
-    return method if method is not None else getattr(cache._wrapped, "a" + name)
+    if native is not None and native.serves(name, kwargs):
+        return getattr(native, name)
+    return getattr(cache._wrapped, "a" + name)
 
 
 def _awaitable(function: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,18 +1,23 @@
-"""The ``a*`` calls of a ``StampedeCache`` over Django's ``RedisCache``, on asyncio, no thread hop.
+"""The ``a*`` calls of a ``StampedeCache`` over a Redis cache, on asyncio, no thread hop.
 
 Django's async cache methods run its sync ones in a worker thread (``sync_to_async``): a
 thread hop per call, and under ASGI, where Django builds a cache object per request, a new
-Redis client and connection pool per request. Here each call sends what Django's
-``RedisCacheClient`` sends (the same commands, Django 4.2 to 6.1: unchanged there), on the
-running loop's ``redis.asyncio`` client of the cache's primary (one per process and loop,
-``stampede.io.clients.async_twin``), with the cache's own serializer. Reads that the loop's
-tasks ask for in one turn go out as one command (``stampede.aio.batch``).
+Redis client and connection pool per request. Here each call sends what the wrapped cache's
+own sync client sends, on the running loop's ``redis.asyncio`` client of the cache's primary
+(one per process and loop, ``stampede.io.clients.async_twin``). Reads that the loop's tasks
+ask for in one turn go out as one command (``stampede.aio.batch``). Two caches' calls:
 
-Rule: the wrapped cache names every key and reads every timeout (``make_key`` and
-``validate_key``, through ``StampedeCache._key``; ``get_backend_timeout``): the same key,
-version and expiry as its sync call, and the same stored bytes.
-Rule: nothing here is kept per request. ``DjangoRedisCalls`` is a light view over the loop's
-client and read batch, built per cache object and loop.
+- ``BuiltinRedisCalls`` (here), Django's ``RedisCache``: the commands of its
+  ``RedisCacheClient`` (Django 4.2 to 6.1: unchanged there), with the cache's own serializer.
+- ``DjangoRedisClientCalls`` (``stampede.django_redis_calls``), django-redis's ``RedisCache``
+  with its ``DefaultClient``.
+
+Rule: the wrapped cache names every key and reads every timeout: the same key, version and
+expiry as its sync call, and the same stored bytes.
+Rule: nothing here is kept per request. A calls object is a light view over the loop's client
+and read batch.
+Rule: a call passes only the arguments its calls object ``serves``; any other (django-redis's
+``client=``, a sync client of no use on the loop) goes to the wrapped cache's own ``a*`` method.
 """
 
 from __future__ import annotations
@@ -22,25 +27,32 @@ from typing import Any
 
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 
-from .aio.batch import ReadBatch
+from .aio.batch import DirectReads, ReadBatch
 from .core.keys import CacheKey
+from .django_redis_calls import DjangoRedisClientCalls
 
 
-class DjangoRedisCalls:
+class BuiltinRedisCalls:
     """The calls of one Django ``RedisCache`` with a single server, on one event loop.
 
     Args:
         client: the loop's ``redis.asyncio`` client of the cache's server.
-        reads: the loop's read batch on that client, or None to read call by call (Cluster).
+        reads: the loop's reads on that client (``stampede.aio.batch.reads_of``).
         key: ``(key, version) -> CacheKey`` as the wrapped cache makes and validates it.
         wrapped: the wrapped ``RedisCache`` (its ``get_backend_timeout`` and ``version``).
         dumps, loads: the wrapped cache's serializer.
     """
 
+    #: Every call: Django's ``RedisCache`` takes no keyword argument of its own.
+    CALLS = frozenset(
+        {"get", "get_many", "has_key", "add", "set", "touch", "delete", "incr", "decr"}
+        | {"set_many", "delete_many", "clear", "incr_version", "decr_version"}
+    )
+
     def __init__(
         self,
         client: Any,
-        reads: ReadBatch | None,
+        reads: ReadBatch | DirectReads,
         key: Callable[[Any, Any], CacheKey],
         wrapped: Any,
         dumps: Callable[[Any], Any],
@@ -53,19 +65,18 @@ class DjangoRedisCalls:
         self._dumps = dumps
         self._loads = loads
 
+    def serves(self, name: str, kwargs: dict[str, Any]) -> bool:
+        """Return True if this object makes the call ``name`` (with any arguments)."""
+        return name in self.CALLS
+
     def _full(self, key: Any, version: Any) -> Any:
         return self._key(key, version).full
 
     def _timeout(self, timeout: Any) -> Any:
         return self._wrapped.get_backend_timeout(timeout)
 
-    async def _raw(self, full: Any) -> Any:
-        if self._reads is None:
-            return await self.client.get(full)
-        return await self._reads.get(full)
-
     async def get(self, key: Any, default: Any = None, version: Any = None) -> Any:
-        raw = await self._raw(self._full(key, version))
+        raw = await self._reads.get(self._full(key, version))
         return default if raw is None else self._loads(raw)
 
     async def get_many(self, keys: Any, version: Any = None) -> dict[Any, Any]:
@@ -73,18 +84,11 @@ class DjangoRedisCalls:
         if not by_full:
             return {}
         fulls = list(by_full)
-        if self._reads is None:
-            raws = await self.client.mget(fulls)
-        else:
-            raws = await self._reads.get_many(fulls)
-        found = zip(fulls, raws, strict=True)
+        found = zip(fulls, await self._reads.get_many(fulls), strict=True)
         return {by_full[full]: self._loads(raw) for full, raw in found if raw is not None}
 
     async def has_key(self, key: Any, version: Any = None) -> bool:
-        full = self._full(key, version)
-        if self._reads is None:
-            return bool(await self.client.exists(full))
-        return bool(await self._reads.exists(full))
+        return bool(await self._reads.exists(self._full(key, version)))
 
     async def add(
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
@@ -165,3 +169,7 @@ class DjangoRedisCalls:
 
     async def decr_version(self, key: Any, delta: int = 1, version: Any = None) -> int:
         return await self.incr_version(key, -delta, version)
+
+
+#: The asyncio calls of one wrapped cache.
+NativeCalls = BuiltinRedisCalls | DjangoRedisClientCalls

@@ -30,7 +30,14 @@ from .aio.store import RedisStore as AsyncRedisStore
 from .cache_settings import CacheSettings
 from .core import lockspec, process
 from .core.near import NearCache, NearOptions
-from .django_internals import BackendStore, async_store_for, reads_one_server, store_for
+from .django_internals import (
+    BackendStore,
+    async_store_for,
+    django_redis_parts,
+    reads_one_server,
+    store_for,
+)
+from .django_redis_calls import DjangoRedisClientCalls
 from .fill import local
 from .fill.fenced import FencedStore
 from .fill.filler import Filler
@@ -38,7 +45,7 @@ from .fill.near import NearReads
 from .fill.store import RedisStore
 from .io import clients
 from .lock.mutex import Mutex
-from .redis_calls import DjangoRedisCalls
+from .redis_calls import BuiltinRedisCalls
 
 #: A cache's store: records and fill locks.
 Store = RedisStore | BackendStore
@@ -197,15 +204,21 @@ def async_near_store(store: Store) -> AsyncRedisStore | None:
 
 def native_calls(wrapped: Any, store: Store, key: Callable[[Any, Any], Any]) -> Any:
     """Return the running loop's asyncio calls of ``wrapped`` (``stampede.redis_calls``), or
-    None where its ``a*`` calls stay its own: a backing other than Django's ``RedisCache`` with
-    one server, or a pool with no asyncio twin (Sentinel-managed)."""
-    if isinstance(store, BackendStore) or not reads_one_server(wrapped):
+    None where its ``a*`` calls stay its own: a backing other than Django's ``RedisCache`` or
+    django-redis's (``DefaultClient``) with one server, or a pool with no asyncio twin
+    (Sentinel-managed)."""
+    if isinstance(store, BackendStore):
+        return None
+    parts = django_redis_parts(wrapped)
+    if parts is None and not reads_one_server(wrapped):
         return None
     client = clients.async_twin(store.client, loop_state().clients)
     if client is None:
         return None
-    reads = batch.batch_of(client) if batch.batches(client) else None
-    return DjangoRedisCalls(client, reads, key, wrapped, store.dumps, store.loads)
+    reads = batch.reads_of(client)
+    if parts is not None:
+        return DjangoRedisClientCalls(client, reads, wrapped, parts)
+    return BuiltinRedisCalls(client, reads, key, wrapped, store.dumps, store.loads)
 
 
 def mutex(store: Store, full_key: Any, ttl: float, **kwargs: Any) -> Any:

@@ -15,7 +15,7 @@ callers: one may change what it got).
 Rule: an error of the batch's command is every caller's error, raised where it awaits; a
 cancelled caller leaves the batch to the others.
 Rule: not for Redis Cluster clients, whose keys of one batch may live in several slots: the
-caller reads on its own there (``batches``).
+caller reads on its own there (``batches``; ``reads_of`` answers either way).
 """
 
 from __future__ import annotations
@@ -137,3 +137,25 @@ def batch_of(client: Any) -> ReadBatch:
     if batch is None:
         batch = kept[client] = ReadBatch(client)
     return batch
+
+
+class DirectReads:
+    """The reads of a :class:`ReadBatch`, each sent on its own (Redis Cluster clients)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    async def get(self, key: Any) -> Any:
+        return await self.client.get(key)
+
+    async def get_many(self, keys: Sequence[Any]) -> list[Any]:
+        return list(await self.client.mget(keys))
+
+    async def exists(self, key: Any) -> Any:
+        return await self.client.exists(key)
+
+
+def reads_of(client: Any) -> ReadBatch | DirectReads:
+    """Return the running loop's reads on ``client``: its read batch where reads may be
+    gathered, else each read sent on its own."""
+    return batch_of(client) if batches(client) else DirectReads(client)

@@ -427,6 +427,22 @@ return found
 """,
 )
 
+INCR_EXISTING = Script(
+    "incr_existing",
+    """
+-- KEYS[1] the key
+-- ARGV[1] the amount to add
+-- returns the new value; false (nil in RESP2) when the key does not exist; an error when
+-- its value is no 64-bit integer (a serialized value, or a sum past the range)
+-- django-redis's incr(): the check and the INCRBY in one script, so a key that expires
+-- between them is never created again with no expiry.
+if redis.call('EXISTS', KEYS[1]) == 1 then
+    return redis.call('INCRBY', KEYS[1], ARGV[1])
+end
+return false
+""",
+)
+
 ALL = (
     ACQUIRE,
     RELEASE,
@@ -444,6 +460,7 @@ ALL = (
     FENCED_COMMIT,
     FENCED_VOID,
     EACH_EXISTS,
+    INCR_EXISTING,
 )
 
 

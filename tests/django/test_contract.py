@@ -985,8 +985,9 @@ def test_the_async_calls_store_what_the_plain_backends_sync_calls_store(configur
 
 
 class _SyncCallSpy:
-    """Records each sync method of Django's ``RedisCache`` that runs, on any object of it: its
-    ``a*`` methods run these in a worker thread, so a thread hop shows here."""
+    """Records each sync method of a backing's cache class (and of django-redis's client) that
+    runs, on any object of it: Django's ``a*`` methods run these in a worker thread, so a
+    thread hop shows here."""
 
     NAMES = (
         "get",
@@ -1005,12 +1006,20 @@ class _SyncCallSpy:
         "clear",
     )
 
-    def __init__(self, monkeypatch: Any) -> None:
-        from django.core.cache.backends.redis import RedisCache
+    def __init__(self, monkeypatch: Any, backing: str = "django") -> None:
+        from django.utils.module_loading import import_string
 
         self.called: list[str] = []
-        for name in self.NAMES:
-            monkeypatch.setattr(RedisCache, name, self._recording(name, getattr(RedisCache, name)))
+        classes = [import_string(workers.BACKINGS[backing])]
+        if backing == "django_redis":
+            from django_redis.client import DefaultClient
+
+            classes.append(DefaultClient)
+        for cls in classes:
+            for name in self.NAMES:
+                if hasattr(cls, name):
+                    method = self._recording(f"{cls.__name__}.{name}", getattr(cls, name))
+                    monkeypatch.setattr(cls, name, method)
 
     def _recording(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         def record(*args: Any, **kwargs: Any) -> Any:
@@ -1020,10 +1029,11 @@ class _SyncCallSpy:
         return record
 
 
-def test_every_async_call_over_djangos_redis_cache_runs_on_the_loop(configure, monkeypatch):
-    """Django's own a* methods run its sync ones in a thread: none of them runs."""
-    _, wrapper = configure("django")
-    spy = _SyncCallSpy(monkeypatch)
+@pytest.mark.parametrize("backing", REDIS_BACKINGS)
+def test_every_async_call_over_a_redis_cache_runs_on_the_loop(configure, monkeypatch, backing):
+    """Django's own a* methods run the sync ones in a thread: none of them runs."""
+    _, wrapper = configure(backing)
+    spy = _SyncCallSpy(monkeypatch, backing)
 
     async def calls() -> list[Any]:
         await _async_writes(wrapper)
@@ -1040,7 +1050,8 @@ def test_every_async_call_over_djangos_redis_cache_runs_on_the_loop(configure, m
     answers = asyncio.run(calls())
 
     assert spy.called == []
-    assert answers == [5, "dflt", {"v0": 5, "v1": -3}, True, False, "value", True]
+    cleared = True if backing == "django" else None  # FLUSHDB's answer, or django-redis's None
+    assert answers == [5, "dflt", {"v0": 5, "v1": -3}, True, False, "value", cleared]
 
 
 def test_the_async_page_cache_runs_on_the_loop(configure, settings, monkeypatch):
@@ -1066,3 +1077,204 @@ def test_the_async_page_cache_runs_on_the_loop(configure, settings, monkeypatch)
 
     assert asyncio.run(visits()) == [b"render 1"] * 3
     assert spy.called == []
+
+
+# -- django-redis's own semantics, through the asyncio calls -----------------------------------
+
+
+def _django_redis_sync(c: Any) -> list[Any]:
+    """django-redis's own arguments and edge cases, through its sync calls; returns the answers."""
+    return [
+        c.set("k", "v", nx=True),
+        c.set("k", "w", nx=True),
+        c.set("k", "x", xx=True),
+        c.set("absent", "y", xx=True),
+        c.set("free", "z", 0, nx=True),  # expires at once: answers "free", writes nothing
+        c.set("k", "kept", -1, nx=True),
+        c.set("tiny", "t", 0.0004),  # 0 ms once truncated: deleted
+        c.add("added", [1], 30.5),
+        c.incr("counter", 2, ignore_key_check=True),
+        c.incr("counter", 2, ignore_key_check=True),
+        c.set("big", 2**70, 50),
+        c.incr("big", 3),  # past 64 bits: added in Python, the key's life kept
+        c.decr("big", 1),
+        c.set("text", "abc", 50),
+        workers.outcome(lambda: c.incr("text")),
+        c.set("none", None, 40),
+        workers.outcome(lambda: c.incr_version("none")),  # None is missing here
+        c.set("moved", {"m": 1}, 70),
+        c.incr_version("moved", 2),
+        c.decr_version("moved", 1, version=VERSION + 2),
+        c.delete("k", prefix="app"),
+        c.touch("added", 0.0004),  # 0 ms once truncated: PEXPIRE 0 deletes it
+        c.has_key("added"),
+    ]
+
+
+async def _django_redis_async(c: Any) -> list[Any]:
+    """:func:`_django_redis_sync`, call for call, through the asyncio calls."""
+    return [
+        await c.aset("k", "v", nx=True),
+        await c.aset("k", "w", nx=True),
+        await c.aset("k", "x", xx=True),
+        await c.aset("absent", "y", xx=True),
+        await c.aset("free", "z", 0, nx=True),
+        await c.aset("k", "kept", -1, nx=True),
+        await c.aset("tiny", "t", 0.0004),
+        await c.aadd("added", [1], 30.5),
+        await c.aincr("counter", 2, ignore_key_check=True),
+        await c.aincr("counter", 2, ignore_key_check=True),
+        await c.aset("big", 2**70, 50),
+        await c.aincr("big", 3),
+        await c.adecr("big", 1),
+        await c.aset("text", "abc", 50),
+        await aoutcome(lambda: c.aincr("text")),
+        await c.aset("none", None, 40),
+        await aoutcome(lambda: c.aincr_version("none")),
+        await c.aset("moved", {"m": 1}, 70),
+        await c.aincr_version("moved", 2),
+        await c.adecr_version("moved", 1, version=VERSION + 2),
+        await c.adelete("k", prefix="app"),
+        await c.atouch("added", 0.0004),
+        await c.ahas_key("added"),
+    ]
+
+
+def test_django_redis_semantics_hold_through_the_async_calls(configure, redis, monkeypatch):
+    """``nx=``/``xx=``, ``ignore_key_check=``, ``prefix=``, timeouts in truncated ms, the
+    incr of a value Redis cannot add to, the move of a version: as django-redis's sync calls,
+    stored and answered, and no sync call runs (the plain backend's own ``a*`` methods take
+    none of these arguments)."""
+    plain, wrapper = configure("django_redis")
+    sync_answers = _django_redis_sync(plain)
+    sync_stored = _stored(redis)
+    reset(plain, redis)
+    spy = _SyncCallSpy(monkeypatch, "django_redis")
+
+    async_answers = asyncio.run(_django_redis_async(wrapper))
+
+    assert spy.called == []
+    # Before Django 6.1 a missing key's message is BaseCache's, as the plain backend's a* spell it.
+    assert documented(async_answers) == documented(sync_answers)
+    assert _stored(redis) == sync_stored
+    assert sync_answers[:4] == [True, False, True, False]
+
+
+async def _missing_keys(c: Any) -> list[Any]:
+    await c.aset("none", None)
+    return [
+        await aoutcome(lambda: c.aincr("absent")),
+        await aoutcome(lambda: c.adecr("absent", 2)),
+        await aoutcome(lambda: c.aincr_version("absent")),
+        await aoutcome(lambda: c.adecr_version("absent", version=7)),
+        await aoutcome(lambda: c.aset("k", 1, client=None)),  # a sync client: not on the loop
+        await aoutcome(lambda: c.aget("k", client=None)),
+        await c.adelete_many([]),
+        await c.aset_many({}),
+    ]
+
+
+def test_the_async_calls_over_django_redis_answer_what_its_own_answer(configure, redis):
+    """Errors and empty calls, spelt as the plain backend's own ``a*`` methods spell them on the
+    installed Django; a ``client=`` goes to them."""
+    plain, wrapper = configure("django_redis")
+    direct = asyncio.run(_missing_keys(plain))
+    reset(plain, redis)
+
+    assert asyncio.run(_missing_keys(wrapper)) == direct
+
+
+def test_ignore_exceptions_answers_django_redis_defaults_on_the_loop(settings, redis_url, caplog):
+    """With ``IGNORE_EXCEPTIONS``, a refused connection answers what django-redis's sync call
+    answers through the wrapper (logged as it logs), and ``touch`` still raises, as there."""
+    from stampede.testing import free_port
+
+    settings.DJANGO_REDIS_LOG_IGNORED_EXCEPTIONS = True
+    setting = workers.caches_config(f"redis://127.0.0.1:{free_port()}/0", "django_redis")
+    setting["backing"]["OPTIONS"] = {"IGNORE_EXCEPTIONS": True, "SOCKET_CONNECT_TIMEOUT": 1}
+    settings.CACHES = setting
+    wrapper = caches["default"]
+
+    def sync_calls() -> list[Any]:
+        return [
+            wrapper.get("k", "dflt"),
+            wrapper.get_many(["k", "j"]),
+            wrapper.set("k", 1),
+            wrapper.add("k", 1),
+            wrapper.has_key("k"),
+            wrapper.incr("k"),
+            wrapper.decr("k"),
+            wrapper.clear(),
+            workers.outcome(lambda: wrapper.touch("k", 5))[:2],  # the message names a port
+        ]
+
+    async def async_calls() -> list[Any]:
+        return [
+            await wrapper.aget("k", "dflt"),
+            await wrapper.aget_many(["k", "j"]),
+            await wrapper.aset("k", 1),
+            await wrapper.aadd("k", 1),
+            await wrapper.ahas_key("k"),
+            await wrapper.aincr("k"),
+            await wrapper.adecr("k"),
+            await wrapper.aclear(),
+            (await aoutcome(lambda: wrapper.atouch("k", 5)))[:2],
+        ]
+
+    with caplog.at_level("ERROR", logger="django_redis"):
+        sync_answers = sync_calls()
+        sync_logged = [record.getMessage() for record in caplog.records]
+        caplog.clear()
+        answers = asyncio.run(async_calls())
+
+    assert answers == sync_answers
+    # has_key's None is the wrapper's False (it answers a bool, as Django documents).
+    assert answers[:8] == ["dflt", {}, None, None, False, None, None, None]
+    assert answers[8] == ("raised", "redis.exceptions.ConnectionError")
+    assert [r.getMessage() for r in caplog.records] == sync_logged == ["Exception ignored"] * 8
+
+
+@pytest.mark.parametrize(
+    "location, options",
+    [
+        ("{url},{url}", {}),  # a replica: django-redis reads from a random one
+        ("{url}", {"REPLICA_READ_ONLY": False}),  # a failed write is sent again
+        ("{url}", {"CLIENT_CLASS": "django_redis.client.HerdClient"}),  # other commands
+    ],
+    ids=["two-servers", "replica-writes", "herd-client"],
+)
+def test_django_redis_setups_the_loop_cannot_match_keep_their_own_async_calls(
+    settings, redis_url, monkeypatch, location, options
+):
+    setting = workers.caches_config(location.format(url=redis_url), "django_redis")
+    setting["backing"]["OPTIONS"] = options
+    settings.CACHES = setting
+    wrapper = caches["default"]
+    spy = _SyncCallSpy(monkeypatch, "django_redis")
+
+    async def calls() -> list[Any]:
+        return [await wrapper.aset("k", 1), await wrapper.aget("k")]
+
+    assert asyncio.run(calls()) == [True, 1]
+    assert {"RedisCache.set", "RedisCache.get"} <= set(spy.called)  # in a worker thread
+
+
+def test_async_calls_over_compressing_django_redis_store_what_its_set_stores(
+    settings, redis_url, redis
+):
+    setting = workers.caches_config(redis_url, "django_redis")
+    setting["backing"]["OPTIONS"] = {"COMPRESSOR": "django_redis.compressors.zlib.ZlibCompressor"}
+    settings.CACHES = setting
+    plain, wrapper = caches["backing"], caches["default"]
+    value = {"text": "compressible " * 100}
+    plain.set("plain", value, 60)
+
+    async def calls() -> list[Any]:
+        await wrapper.aset("async", value, 60)
+        await wrapper.aset_many({"many": value}, 60)
+        return [await wrapper.aget("plain"), await wrapper.aget_many(["async", "many"])]
+
+    assert asyncio.run(calls()) == [value, {"async": value, "many": value}]
+    raw = redis.get(plain.make_key("plain"))
+    assert len(raw) < len(pickle.dumps(value))  # compressed
+    assert redis.get(plain.make_key("async")) == raw == redis.get(plain.make_key("many"))
