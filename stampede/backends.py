@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import re
 import sys
 import warnings
 import weakref
@@ -39,7 +38,7 @@ from . import call_args, passthrough, stores
 from . import signals as _signals  # noqa: F401  (herd events become Django signals)
 from .aio import near as async_near
 from .aio.filler import Filler as AsyncFiller
-from .cache_settings import REDIS_URL_SCHEMES, CacheSettings
+from .cache_settings import REDIS_URL_SCHEMES, parsed
 from .core import options as conf
 from .core.envelope import MISSING
 from .core.keys import CacheKey
@@ -55,13 +54,6 @@ NOT_FOUND = call_args.NOT_FOUND
 _LARGEST = sys.float_info.max
 _PLAIN_NUMBERS = (int, float)  # exactly: bool is an int, and True is no timeout
 
-# Keys Django's validate_key warns about (memcached's rule: over 250 characters, or a control
-# character or space); these are validated on every call, so they warn on every call.
-_WARNED_KEY = re.compile(r".{251}|.*[\x00-\x20\x7f]", re.DOTALL)
-# Per wrapped alias, full keys that passed its validate_key (bounded sets, cleared when full).
-_valid_keys: dict[str, dict[Any, bool]] = {}
-_VALID_KEYS_MAX = 10_000
-
 
 class StampedeCache(BaseCache):
     """Wraps the cache named by ``LOCATION``; see the module docstring."""
@@ -69,7 +61,7 @@ class StampedeCache(BaseCache):
     def __init__(self, location: str, params: dict[str, Any]) -> None:
         # Read first: BaseCache.__init__ reads OPTIONS too, and fails on one that is no dict.
         configured = getattr(settings, "CACHES", {})
-        self._settings = CacheSettings.parse(location, params.get("OPTIONS") or {}, configured)
+        self._settings = parsed(location, params.get("OPTIONS") or {}, configured)
         super().__init__(params)
         self._location = self._settings.location
         self._options = self._settings.fill
@@ -81,7 +73,7 @@ class StampedeCache(BaseCache):
     @cached_property
     def store(self) -> stores.Store:
         """Where this cache's records and fill locks live (see ``stampede.stores``)."""
-        return stores.store(self._wrapped, self._settings)
+        return stores.store(self._settings, lambda: self._wrapped)
 
     @cached_property
     def filler(self) -> Filler:
@@ -91,7 +83,7 @@ class StampedeCache(BaseCache):
     @cached_property
     def near(self) -> NearReads | None:
         """The process's near cache of this cache (``OPTIONS["NEAR_CACHE"]``), or None."""
-        return stores.near(self._settings, self.store, self.key_prefix)
+        return stores.near(self._settings, self.store)
 
     # -- the stampede-safe fill -------------------------------------------------------------
 
@@ -221,28 +213,13 @@ class StampedeCache(BaseCache):
         return weakref.WeakKeyDictionary()
 
     def _key(self, key: Any, version: Any) -> CacheKey:
-        """Return the key as the wrapped cache names it, validated as the wrapped cache does.
-
-        Validation (Django's memcached-compatibility scan of every character) is remembered
-        per full key: hot keys repeat, and a hit should cost a ``GET``, not a scan. A key that
-        draws a ``CacheKeyWarning`` is not remembered: it warns on every call, as Django's own
-        ``get`` and ``set`` do.
-        """
-        wrapped = self._wrapped
-        full = wrapped.make_key(key, version=version)
-        valid = self._valid_keys
-        if full not in valid:
-            wrapped.validate_key(full)
-            if not isinstance(full, str) or _WARNED_KEY.match(full):
-                return CacheKey(full, key, version)
-            if len(valid) >= _VALID_KEYS_MAX:
-                valid.clear()
-            valid[full] = True
-        return CacheKey(full, key, version)
+        """Return the key as the wrapped cache names it, validated as the wrapped cache does
+        (``stores.KeyNamer``: one per process and settings, validation remembered)."""
+        return self._namer(key, version)
 
     @cached_property
-    def _valid_keys(self) -> dict[Any, bool]:
-        return _valid_keys.setdefault(self._location, {})
+    def _namer(self) -> stores.KeyNamer:
+        return stores.key_namer(self._settings)
 
     def _resolve_timeout(self, timeout: Any) -> float | None:
         """Return ``timeout`` in seconds as Django reads it (None: forever, <= 0: not kept).
@@ -387,17 +364,7 @@ class StampedeCache(BaseCache):
         None where its own ``a*`` methods answer (a backing other than Django's ``RedisCache``
         or django-redis's with one server, a Sentinel-managed pool).
         Kept per loop, weakly, as the fillers are."""
-        loop = asyncio.get_running_loop()
-        try:
-            return self._native_by_loop[loop]
-        except KeyError:
-            calls = stores.native_calls(self._wrapped, self.store, self._key)
-            self._native_by_loop[loop] = calls
-            return calls
-
-    @cached_property
-    def _native_by_loop(self) -> weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any]:
-        return weakref.WeakKeyDictionary()
+        return stores.native_calls(self._settings, self.store)
 
     def _async_near(self) -> tuple[NearReads | None, Any]:
         """Return (the near cache, the running loop's store to read Redis through), if any."""

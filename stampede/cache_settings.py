@@ -93,6 +93,30 @@ class CacheSettings:
         return settings
 
 
+#: Settings parsed, by (LOCATION, repr of OPTIONS, repr of the wrapped alias's entry). Under
+#: ASGI Django builds a cache object per request, and parsing is most of what building one costs.
+_parsed_settings: dict[tuple[str, str, str], CacheSettings] = {}
+_PARSED_MAX = 256
+
+
+def parsed(location: Any, options: Any, configured: dict[str, Any]) -> CacheSettings:
+    """Return ``CacheSettings.parse(...)``, the same object while the settings stay the same.
+
+    The same object is also the identity under which the process keeps what it builds for
+    those settings (``stores``): equal settings share a store, changed settings get their own.
+    """
+    if not isinstance(location, str) or not isinstance(options, dict):
+        return CacheSettings.parse(location, options, configured)
+    identity = (location, repr(options), repr(configured.get(location)))
+    found = _parsed_settings.get(identity)
+    if found is None:
+        found = CacheSettings.parse(location, options, configured)
+        if len(_parsed_settings) >= _PARSED_MAX:
+            _parsed_settings.clear()
+        _parsed_settings[identity] = found
+    return found
+
+
 def read(
     location: Any, options: Any, configured: dict[str, Any], alias: str | None = None
 ) -> tuple[CacheSettings | None, list[Problem]]:

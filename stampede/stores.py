@@ -16,11 +16,13 @@ the near cache's copies and the flight groups are per process, keyed by the wrap
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings as django_settings
+from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
 
 from .aio import batch
@@ -29,6 +31,7 @@ from .aio.loops import loop_state
 from .aio.store import RedisStore as AsyncRedisStore
 from .cache_settings import CacheSettings
 from .core import lockspec, process
+from .core.keys import CacheKey
 from .core.near import NearCache, NearOptions
 from .django_internals import (
     BackendStore,
@@ -54,57 +57,56 @@ Store = RedisStore | BackendStore
 # per thread, copies are per process.
 _near_caches: dict[tuple[str, str, NearOptions], NearCache] = {}
 _near_caches_lock = threading.Lock()
-# Per wrapped alias, its settings and ours, the process's store over Redis: backend objects are
-# per thread, and per request under ASGI, and a store built per object would cost each request
-# a client lookup and, on asyncio, a new twin of it.
-_stores: dict[tuple[str, str, str], Store] = {}
+# Per cache settings (``cache_settings.parsed``: one object per LOCATION, OPTIONS and wrapped
+# entry), the process's store over Redis: backend objects are per thread, and per request under
+# ASGI, and a store built per object would cost each request a client lookup and, on asyncio,
+# a new twin of it. Keyed by the settings object's id, which the entry holds, so never reused.
+_stores: dict[int, tuple[CacheSettings, Store]] = {}
 _stores_lock = threading.Lock()
 
 
-def store(wrapped: Any, settings: CacheSettings) -> Store:
-    """Return where the records and fill locks of a cache over ``wrapped`` live.
+def store(settings: CacheSettings, wrapped: Callable[[], Any]) -> Store:
+    """Return where the records and fill locks of a cache over ``wrapped()`` live.
 
     Over Redis, one store per process for the alias and its settings; over another backend,
-    one per backend object (the store holds the object: Django's are per thread).
+    one per backend object (the store holds the object: Django's are per thread). ``wrapped``
+    is asked only when a store is built (a backend object per request costs, under ASGI).
 
     Raises:
         ImproperlyConfigured: the wrapped cache's internals refuse (e.g. not Redis, no LOCK_URL).
     """
-    location = settings.location
-    identity = (location, _setting_of(location), repr(settings))
-    kept = _stores.get(identity)
-    if kept is not None:
-        return kept
-    built = _build_store(wrapped, settings)
+    kept = _stores.get(id(settings))
+    if kept is not None and kept[0] is settings:
+        return kept[1]
+    built = _build_store(wrapped(), settings)
     if isinstance(built, BackendStore):
         return built
     with _stores_lock:
-        return _stores.setdefault(identity, built)
-
-
-def _setting_of(location: str) -> str:
-    return repr(getattr(django_settings, "CACHES", {}).get(location))
+        return _stores.setdefault(id(settings), (settings, built))[1]
 
 
 def _forget_stores_in_child() -> None:
     # A forked child builds its own: the parent's stores hold the parent's clients.
     global _stores_lock
     _stores.clear()
+    _parts.clear()
+    _key_backends.clear()
     _stores_lock = threading.Lock()
 
 
 def _release_stores(matches: Callable[[Any], bool]) -> int:
     with _stores_lock:
-        chosen = [identity for identity, kept in _stores.items() if matches(kept.client)]
+        chosen = [identity for identity, (_, kept) in _stores.items() if matches(kept.client)]
         for identity in chosen:
             del _stores[identity]
+        _parts.clear()  # built over those stores
     return len(chosen)  # their clients are the shared ones, which their owner closes
 
 
 process.own(
     "stores of Redis-backed caches",
     forget=_forget_stores_in_child,
-    held=lambda: len(_stores),
+    held=lambda: len(_stores) + len(_parts) + len(_key_backends),
     release=_release_stores,
 )
 
@@ -153,13 +155,94 @@ def outside_locks(spec: lockspec.LockSpec) -> tuple[Callable[..., Any], tuple[ty
     return zookeeper, (KazooException, KazooTimeoutError)
 
 
-def near(settings: CacheSettings, store: Store, key_prefix: Any) -> NearReads | None:
+def _per_settings(kept: dict[int, tuple[CacheSettings, Any]], settings: CacheSettings) -> Any:
+    """Return what ``kept`` holds for ``settings`` (the same object), or None."""
+    found = kept.get(id(settings))
+    return found[1] if found is not None and found[0] is settings else None
+
+
+# Per cache settings, the process's object of the wrapped cache that makes its keys, and the
+# parts built over a shared store (near cache, filler): built once, not per backend object.
+_key_backends: dict[int, tuple[CacheSettings, Any]] = {}
+_parts: dict[tuple[str, int], tuple[CacheSettings, Any]] = {}
+
+
+class KeyNamer:
+    """Names keys as the wrapped cache does (``make_key``), validated as it validates them.
+
+    Validation (Django's memcached-compatibility scan of every character) is remembered per
+    full key: hot keys repeat, and a hit should cost a ``GET``, not a scan. A key that draws a
+    ``CacheKeyWarning`` is not remembered: it warns on every call, as Django's own ``get`` and
+    ``set`` do. One per process and settings (``key_namer``).
+    """
+
+    #: Keys Django's validate_key warns about (memcached's rule: over 250 characters, or a
+    #: control character or space): validated on every call, so they warn on every call.
+    WARNED = re.compile(r".{251}|.*[\x00-\x20\x7f]", re.DOTALL)
+    #: The most full keys remembered as valid (the set is cleared when full).
+    REMEMBERED = 10_000
+
+    def __init__(self, wrapped: Any) -> None:
+        self.wrapped = wrapped
+        self._valid: dict[Any, bool] = {}
+
+    def __call__(self, key: Any, version: Any) -> CacheKey:
+        wrapped = self.wrapped
+        full = wrapped.make_key(key, version=version)
+        valid = self._valid
+        if full not in valid:
+            wrapped.validate_key(full)
+            if not isinstance(full, str) or self.WARNED.match(full):
+                return CacheKey(full, key, version)
+            if len(valid) >= self.REMEMBERED:
+                valid.clear()
+            valid[full] = True
+        return CacheKey(full, key, version)
+
+
+def key_namer(settings: CacheSettings) -> KeyNamer:
+    """Return the process's :class:`KeyNamer` of a cache."""
+    return _shared_part("keys", settings, lambda: KeyNamer(key_backend(settings)))
+
+
+def key_backend(settings: CacheSettings) -> Any:
+    """Return the process's object of the wrapped cache, for what only its settings decide
+    (``make_key``, ``validate_key``, ``get_backend_timeout``, ``key_prefix``, ``version``).
+
+    Django builds a backend object per thread, and per request under ASGI; naming a key needs
+    none of that object's connections, so one object per process serves every call.
+    """
+    found = _per_settings(_key_backends, settings)
+    if found is None:
+        found = caches.create_connection(settings.location)
+        _key_backends[id(settings)] = (settings, found)
+    return found
+
+
+def _shared_part(name: str, settings: CacheSettings, build: Callable[[], Any]) -> Any:
+    """Return the process's ``name`` part for ``settings``, built once by ``build()``."""
+    found = _parts.get((name, id(settings)))
+    if found is not None and found[0] is settings:
+        return found[1]
+    part = build()
+    with _stores_lock:
+        return _parts.setdefault((name, id(settings)), (settings, part))[1]
+
+
+def near(settings: CacheSettings, store: Store) -> NearReads | None:
     """Return the process's near cache of a cache (``OPTIONS["NEAR_CACHE"]``), or None."""
     options = settings.near
     if options is None:
         return None
+    return _shared_part("near", settings, lambda: _near(settings, store))
+
+
+def _near(settings: CacheSettings, store: Store) -> NearReads:
+    options = settings.near
+    assert options is not None
     assert isinstance(store, RedisStore), "checked when built: the wrapped cache is Redis"
     # Django's default KEY_FUNCTION: "<KEY_PREFIX>:<VERSION>:<key>".
+    key_prefix = key_backend(settings).key_prefix
     prefix = options.prefix if options.prefix is not None else f"{key_prefix}:"
     # The copies belong to one server: an alias that comes to name another (settings
     # changed, as tests do) gets a near cache of its own, never the old server's copies
@@ -176,13 +259,32 @@ def near(settings: CacheSettings, store: Store, key_prefix: Any) -> NearReads | 
 
 def filler(settings: CacheSettings, store: Store, near: NearReads | None) -> Filler:
     """Return a filler of ``store``; every thread's backend object of one cache coalesces in
-    one flight group (the process's, for the wrapped alias)."""
-    return Filler(store, settings.fill, flights=local.group(settings.location), near=near)
+    one flight group (the process's, for the wrapped alias). One per process over Redis."""
+
+    def build() -> Filler:
+        return Filler(store, settings.fill, flights=local.group(settings.location), near=near)
+
+    if isinstance(store, BackendStore):
+        return build()
+    return _shared_part("filler", settings, build)
 
 
 def async_filler(settings: CacheSettings, store: Store, near: NearReads | None) -> Any:
     """Return the running loop's twin of :func:`filler`, or None where the store has none
-    (Sentinel-managed pools, fills locked outside the cache's Redis)."""
+    (Sentinel-managed pools, fills locked outside the cache's Redis). One per loop and
+    settings over Redis."""
+    if isinstance(store, BackendStore):
+        return _async_filler(settings, store, near)
+    kept = loop_state().fillers
+    found = kept.get(id(settings))
+    if found is not None and found[0] is settings:
+        return found[1]
+    built = _async_filler(settings, store, near)
+    kept[id(settings)] = (settings, built)
+    return built
+
+
+def _async_filler(settings: CacheSettings, store: Store, near: NearReads | None) -> Any:
     twin = async_store_for(store)
     if twin is None:
         return None
@@ -202,11 +304,22 @@ def async_near_store(store: Store) -> AsyncRedisStore | None:
     return twin if isinstance(twin, AsyncRedisStore) else None
 
 
-def native_calls(wrapped: Any, store: Store, key: Callable[[Any, Any], Any]) -> Any:
-    """Return the running loop's asyncio calls of ``wrapped`` (``stampede.redis_calls``), or
-    None where its ``a*`` calls stay its own: a backing other than Django's ``RedisCache`` or
-    django-redis's (``DefaultClient``) with one server, or a pool with no asyncio twin
-    (Sentinel-managed)."""
+def native_calls(settings: CacheSettings, store: Store) -> Any:
+    """Return the running loop's asyncio calls of the wrapped cache (``stampede.redis_calls``),
+    or None where its ``a*`` calls stay its own: a backing other than Django's ``RedisCache``
+    or django-redis's (``DefaultClient``) with one server, or a pool with no asyncio twin
+    (Sentinel-managed). One per loop and settings."""
+    kept = loop_state().native_calls
+    found = kept.get(id(settings))
+    if found is not None and found[0] is settings:
+        return found[1]
+    calls = _native_calls(settings, store)
+    kept[id(settings)] = (settings, calls)
+    return calls
+
+
+def _native_calls(settings: CacheSettings, store: Store) -> Any:
+    wrapped, key = key_backend(settings), key_namer(settings)
     if isinstance(store, BackendStore):
         return None
     parts = django_redis_parts(wrapped)

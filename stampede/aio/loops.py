@@ -25,6 +25,10 @@ class LoopState:
         # pool is collected, and a new pool must not inherit a dead pool's notifier or client.
         self.notifiers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self.clients: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        # The Django adapter's asyncio calls of a cache, by its settings' id (``stores.py``).
+        self.native_calls: dict[int, tuple[Any, Any]] = {}
+        # And its fillers over Redis, by its settings' id (``stores.py``).
+        self.fillers: dict[int, tuple[Any, Any]] = {}
         # Stores' twins, keyed weakly by the sync store (``aio/store.py``).
         self.stores: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         # Read batches, keyed weakly by the asyncio client they send on (``aio/batch.py``).
