@@ -4,7 +4,8 @@ A row is one backend of ``benchmarks.anchors`` and one of its ``a*`` methods. Ea
 a freshly spawned process, which configures Django, fills the keys (``aset``), and starts
 ``tasks`` (200) tasks on one event loop that call the method in a loop: first for a warm-up,
 unmeasured (connections, thread pools, near copies, the tracking connection), then, on the
-parent's signal, for ``seconds``. Figures of the measured window:
+parent's signal, for ``seconds``. The tasks share one cache object (``caches[alias]``, taken
+once; the ``asgi`` scenario has Django's own per-request objects). Figures of the window:
 
 - ops/s: calls completed, divided by the wall time from the start until the last task returned;
 - CPU µs/op: the process's CPU time over that window (``time.process_time``: every thread of
