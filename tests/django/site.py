@@ -93,6 +93,33 @@ class ClassReport(View):
         return HttpResponse("class report")
 
 
+async def async_fill(request):
+    """Two asyncio cache calls per request: a fill of one shared key (its loads counted in
+    Redis, across worker processes) and a read of it."""
+    from django.core.cache import caches
+
+    cache = caches["default"]
+
+    def load() -> str:
+        _count("async_fill")
+        time.sleep(RENDER_SECONDS)
+        return "filled"
+
+    value = await cache.aget_or_set("shared", load, 60)
+    again = await cache.aget("shared", "absent")
+    return HttpResponse(f"{value} {again}")
+
+
+async def async_write(request, n: int):
+    """An asyncio write and read of a key of the request's own: writes are not gathered, so
+    200 at once ask the loop's pool for as many connections as it allows."""
+    from django.core.cache import caches
+
+    cache = caches["default"]
+    await cache.aset(f"written:{n}", n, 60)
+    return HttpResponse(str(await cache.aget(f"written:{n}")))
+
+
 def plain(request):
     _count("plain")
     time.sleep(RENDER_SECONDS)
@@ -113,13 +140,17 @@ urlpatterns = [
     path("template/", template),
     path("async/", async_report),
     path("class/", ClassReport.as_view()),
+    path("async-fill/", async_fill),
+    path("async-write/<int:n>/", async_write),
     path("plain/", plain),
     path("health/", health),
 ]
 
 
-def settings_for(redis_url: str, middleware: bool = False) -> dict:
-    """Return Django settings serving this site over a StampedeCache on ``redis_url``."""
+def settings_for(redis_url: str, middleware: bool = False, pool: int | None = None) -> dict:
+    """Return Django settings serving this site over a StampedeCache on ``redis_url``
+    (``pool``: the wrapped cache's ``max_connections``)."""
+    backing_options = {} if pool is None else {"OPTIONS": {"max_connections": pool}}
     return {
         "DEBUG": False,
         "SECRET_KEY": "tests",
@@ -135,6 +166,7 @@ def settings_for(redis_url: str, middleware: bool = False) -> dict:
             "backing": {
                 "BACKEND": "django.core.cache.backends.redis.RedisCache",
                 "LOCATION": redis_url,
+                **backing_options,
             },
             "default": {"BACKEND": "stampede.backends.StampedeCache", "LOCATION": "backing"},
         },
