@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .core import events
-from .core.envelope import DontCache
 from .core.options import FillOptions
+from .core.private import DontCache
 from .exceptions import (
     LoaderError,
     LockLost,

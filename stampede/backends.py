@@ -40,8 +40,8 @@ from .aio import near as async_near
 from .aio.filler import Filler as AsyncFiller
 from .cache_settings import REDIS_URL_SCHEMES, parsed
 from .core import options as conf
-from .core.envelope import MISSING
 from .core.keys import CacheKey
+from .core.missing import MISSING
 from .exceptions import NotFound
 from .fill.filler import Filler
 from .fill.near import NearReads

@@ -36,7 +36,7 @@ from django.utils.cache import get_cache_key
 from django.utils.encoding import iri_to_uri
 
 from .core import options as conf
-from .core.envelope import DontCache
+from .core.private import DontCache
 from .page_decision import Shared, decide, own_copy, variant_key
 
 _LEARNED = "learned"

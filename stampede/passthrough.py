@@ -15,8 +15,10 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from .core.envelope import MISSING, Envelope, Failure
+from .core.envelope import Envelope
+from .core.failure import Failure
 from .core.flight import value_of
+from .core.missing import MISSING
 
 
 def unwrap(record: Any, default: Any) -> Any:

@@ -19,9 +19,9 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ..core.envelope import MISSING
 from ..core.flight import LockAttempt
 from ..core.keys import CacheKey
+from ..core.missing import MISSING
 from ..fill import backend_layout as layout
 from ..fill import calls
 from ..io import scripts

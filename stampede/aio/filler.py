@@ -31,11 +31,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core import flight
-from ..core.envelope import MISSING, unwrap_private
 from ..core.flight import SYSTEM_CLOCK, Clock, Verdict, judge, value_of
 from ..core.keys import CacheKey, Name
+from ..core.missing import MISSING
 from ..core.options import FillOptions
 from ..core.port import AsyncStore, Guard
+from ..core.private import unwrap_private
 from ..exceptions import NotFound
 from ..fill.chain import refuse_reentry
 from ..fill.edge import STORE_ERRORS, guard_unavailable, unavailable

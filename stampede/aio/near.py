@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.envelope import MISSING
 from ..core.keys import CacheKey
+from ..core.missing import MISSING
 from ..fill.near import NearReads
 from .store import RedisStore
 

@@ -35,16 +35,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..exceptions import WaitTimeout
-from .envelope import (
-    MISSING,
-    DontCache,
-    Envelope,
-    Failure,
-    WakeUp,
-    failure_message,
-)
+from .envelope import Envelope
+from .failure import Failure
+from .missing import MISSING
 from .options import FillOptions
-from .wakeup import FILLED, NOT_SHARED
+from .private import DontCache
+from .wakeup import FILLED, NOT_SHARED, WakeUp, failure_message
 
 # -- steps the driver performs, and what it sends back ------------------------------------------
 

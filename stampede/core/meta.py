@@ -28,7 +28,9 @@ from collections.abc import Callable
 from typing import Any
 from zlib import crc32
 
-from .envelope import MISSING, Envelope, Failure
+from .envelope import Envelope
+from .failure import Failure
+from .missing import MISSING
 
 _VALUE_TAG = b"s1"
 _FAILURE_TAG = b"f1"

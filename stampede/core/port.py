@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from .envelope import WakeUp
 from .flight import LockAttempt
 from .keys import CacheKey
+from .wakeup import WakeUp
 
 #: A store's serializer: record to bytes, and back.
 Dumps = Callable[[Any], bytes]

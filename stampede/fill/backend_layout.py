@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core import meta
-from ..core.envelope import MISSING
 from ..core.keys import CacheKey, meta_key
+from ..core.missing import MISSING
 
 
 def meta_name(key: CacheKey) -> Any:

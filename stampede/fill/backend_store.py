@@ -21,9 +21,9 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ..core.envelope import MISSING
 from ..core.flight import LockAttempt
 from ..core.keys import CacheKey
+from ..core.missing import MISSING
 from ..io import scripts
 from ..lock.mutex import Mutex
 from . import backend_layout as layout

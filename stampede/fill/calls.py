@@ -11,11 +11,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core import keys, meta
-from ..core.envelope import travels_with_wakeup
 from ..core.flight import LockAttempt
 from ..core.keys import CacheKey
 from ..core.options import to_ms
-from ..core.wakeup import FILLED_WITH_RECORD, INVALIDATED, RELEASED
+from ..core.wakeup import FILLED_WITH_RECORD, INVALIDATED, RELEASED, travels_with_wakeup
 
 Call = tuple[tuple[Any, ...], tuple[Any, ...]]
 #: A record as written: the value's bytes (None: no value) and its meta (None: none).

@@ -27,11 +27,11 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from ..core import meta
-from ..core.envelope import MISSING, travels_with_wakeup
 from ..core.flight import LockAttempt
 from ..core.keys import CacheKey, done_channel, epoch_key, meta_key, written_key
+from ..core.missing import MISSING
 from ..core.options import to_ms
-from ..core.wakeup import FILLED_WITH_RECORD, INVALIDATED, RELEASED
+from ..core.wakeup import FILLED_WITH_RECORD, INVALIDATED, RELEASED, travels_with_wakeup
 from ..io import scripts
 from .store import RedisStore, WaitingLock, WakeUps
 

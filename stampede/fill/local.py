@@ -23,7 +23,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from ..core import events, process
-from ..core.envelope import MISSING
+from ..core.missing import MISSING
 
 
 def follower_wait(locked: bool, deadline: float | None, now: float) -> float | None:

@@ -14,9 +14,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ..core.envelope import MISSING
 from ..core.flight import Clock, Verdict, judge, value_of
 from ..core.keys import CacheKey
+from ..core.missing import MISSING
 from ..core.near import NearCache, Stamp
 from ..core.options import FillOptions
 from ..io.tracking import tracker_for

@@ -25,10 +25,11 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from ..core import meta
-from ..core.envelope import MISSING, TIMED_OUT, WakeUp, parse_wakeup
 from ..core.flight import LockAttempt
 from ..core.keys import CacheKey, colocated, done_channel, lock_key, meta_key, refuse_scattered
+from ..core.missing import MISSING
 from ..core.port import Dumps, Loads
+from ..core.wakeup import TIMED_OUT, WakeUp, parse_wakeup
 from ..io import clients, scripts
 from ..io.notify import Subscription, notifier_for
 from . import calls

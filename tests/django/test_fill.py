@@ -22,7 +22,8 @@ from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
 
 from stampede import events
-from stampede.core.envelope import WAKEUP_VALUE_LIMIT, Envelope
+from stampede.core.envelope import Envelope
+from stampede.core.wakeup import WAKEUP_VALUE_LIMIT
 from tests.django import workers
 from tests.helpers import (
     SPAWN,

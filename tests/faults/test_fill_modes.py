@@ -22,7 +22,7 @@ import pytest
 import redis as redis_py
 
 from stampede.core import keys, meta
-from stampede.core.envelope import Failure
+from stampede.core.failure import Failure
 from stampede.core.flight import SYSTEM_CLOCK
 from tests.django import workers
 from tests.faults.holder_workers import (

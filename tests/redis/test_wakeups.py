@@ -19,16 +19,11 @@ import redis.asyncio as aredis
 
 from stampede import aio
 from stampede.core import meta, wakeup
-from stampede.core.envelope import (
-    MISSING,
-    WAKEUP_VALUE_LIMIT,
-    Failure,
-    WakeUp,
-    failure_message,
-    parse_wakeup,
-)
+from stampede.core.failure import Failure
 from stampede.core.flight import value_of
 from stampede.core.keys import CacheKey, done_channel, lock_key
+from stampede.core.missing import MISSING
+from stampede.core.wakeup import WAKEUP_VALUE_LIMIT, WakeUp, failure_message, parse_wakeup
 from stampede.fill.fenced import FencedStore
 from stampede.fill.store import RedisStore
 from stampede.io import scripts

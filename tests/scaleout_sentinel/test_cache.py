@@ -18,8 +18,8 @@ from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
 from redis.sentinel import SentinelConnectionPool
 
-from stampede.core.envelope import WAKEUP_VALUE_LIMIT
 from stampede.core.keys import lock_key
+from stampede.core.wakeup import WAKEUP_VALUE_LIMIT
 from stampede.io import clients, sentinel
 from stampede.io.notify import notifier_for
 from tests.django import workers as django_workers

@@ -14,16 +14,8 @@ from typing import Any
 
 import pytest
 
-from stampede.core.envelope import (
-    MISSING,
-    TIMED_OUT,
-    DontCache,
-    Envelope,
-    Failure,
-    WakeUp,
-    failure_message,
-    parse_wakeup,
-)
+from stampede.core.envelope import Envelope
+from stampede.core.failure import Failure
 from stampede.core.flight import (
     SUBSCRIBE_FLOOR,
     UNREAD,
@@ -47,8 +39,18 @@ from stampede.core.flight import (
     needs_own_load,
     timed_out,
 )
+from stampede.core.missing import MISSING
 from stampede.core.options import FillOptions
-from stampede.core.wakeup import FILLED, INVALIDATED, NOT_SHARED
+from stampede.core.private import DontCache
+from stampede.core.wakeup import (
+    FILLED,
+    INVALIDATED,
+    NOT_SHARED,
+    TIMED_OUT,
+    WakeUp,
+    failure_message,
+    parse_wakeup,
+)
 from stampede.exceptions import LoaderError, WaitTimeout
 
 NOW = 1_000_000.0  # wall clock, epoch seconds

@@ -15,6 +15,9 @@ FORBIDDEN = {
     # The protocol, the record, options, names and the port: pure.
     "stampede.core.flight": ("redis", "django", "celery"),
     "stampede.core.envelope": ("redis", "django", "celery"),
+    "stampede.core.missing": ("redis", "django", "celery"),
+    "stampede.core.private": ("redis", "django", "celery"),
+    "stampede.core.failure": ("redis", "django", "celery"),
     "stampede.core.options": ("redis", "django", "celery"),
     "stampede.core.keys": ("redis", "django", "celery"),
     "stampede.core.port": ("redis", "django", "celery"),

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pickle
 
 from stampede.core import meta
-from stampede.core.envelope import MISSING, Envelope, Failure
+from stampede.core.envelope import Envelope
+from stampede.core.failure import Failure
+from stampede.core.missing import MISSING
 
 
 def test_a_value_with_a_soft_expiry_round_trips_with_its_meta():

@@ -8,7 +8,8 @@ import re
 import pytest
 
 from stampede.core import wakeup
-from stampede.core.envelope import Failure, failure_message, parse_wakeup
+from stampede.core.failure import Failure
+from stampede.core.wakeup import failure_message, parse_wakeup
 from stampede.io import scripts
 
 
@@ -46,6 +47,17 @@ def test_every_kind_is_read_back_from_the_message_that_carries_it():
     assert parse_wakeup(failure_message(failure), pickle.loads).failure is not None
     for kind in wakeup.KINDS:
         assert wakeup.kind_of(kind) == kind
+
+
+def test_a_failure_pickles_under_the_name_every_earlier_version_reads():
+    # A failure travels pickled (the FAILED message, the meta under ERROR_TTL) between processes
+    # of two versions: its class is named as it always was, wherever it is defined.
+    payload = pickle.dumps(Failure(ValueError("db down"), handoff=True))
+    assert b"stampede.core.envelope" in payload
+    assert b"stampede.core.failure" not in payload
+    read = pickle.loads(payload)
+    assert isinstance(read, Failure) and read.handoff
+    assert str(read.exception) == "db down"
 
 
 def lua_string_literals(text: str) -> list[str]:
