@@ -17,8 +17,8 @@ from typing import Any
 
 from .core.envelope import Envelope
 from .core.failure import Failure
-from .core.flight import value_of
 from .core.missing import MISSING
+from .core.verdict import value_of
 
 
 def unwrap(record: Any, default: Any) -> Any:

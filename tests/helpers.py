@@ -26,7 +26,7 @@ from typing import Any
 import redis as redis_py
 
 from stampede.core import keys
-from stampede.core.flight import SYSTEM_CLOCK, Clock
+from stampede.core.clock import SYSTEM_CLOCK, Clock
 from stampede.io import clients
 
 SPAWN = multiprocessing.get_context("spawn")

@@ -19,11 +19,11 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from ..core import backend_layout as layout
+from ..core import store_calls
 from ..core.flight import LockAttempt
 from ..core.keys import CacheKey
 from ..core.missing import MISSING
-from ..fill import backend_layout as layout
-from ..fill import calls
 from ..io import scripts
 from .mutex import Mutex
 from .store import WaitingLock, WakeUps
@@ -57,7 +57,7 @@ class BackendStore:
 
     async def invalidate(self, keys: Sequence[CacheKey]) -> None:
         await self.drop_meta(keys)
-        batch = [calls.invalidate(key) for key in keys]
+        batch = [store_calls.invalidate(key) for key in keys]
         await scripts.arun_many(self.client, scripts.INVALIDATE, batch)
 
     async def drop_meta(self, keys: Sequence[CacheKey]) -> None:

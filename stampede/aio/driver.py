@@ -1,9 +1,10 @@
 """The driver of the fill protocol: performs ``flight``'s steps with a store.
 
 Rule: decisions live in ``core/flight.py``; this module only does I/O and waiting.
-Rule: the store's I/O errors are mapped at the edge (``drive``, with ``edge.thrown_back``) to
-``StoreUnavailable`` for the protocol, which applies ``on_redis_error``; a loader's exception
-goes back unchanged, even a ``RedisError`` from the loader's own data source.
+Rule: the store's I/O errors (``STORE_ERRORS``) are caught at the edge (``drive``) and handed to
+``core/outage.py``, which makes them ``StoreUnavailable`` for the protocol (it applies
+``on_redis_error``); a loader's exception goes back unchanged, even a ``RedisError`` from the
+loader's own data source.
 Rule: whatever happens, a flight leaves no lock and no subscription behind (``FlightIO.close``).
 """
 
@@ -14,13 +15,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from ..core import events, flight
 from ..core.keys import CacheKey
+from ..core.outage import thrown_back
 from ..core.port import AsyncFillLock, AsyncStore
-from ..fill.edge import nobody, thrown_back
 from .flights import call_loader, start_background
 
 logger = logging.getLogger(__name__)
+
+#: Errors of a store's own I/O: what ``on_redis_error`` is about (see ``outage.thrown_back``).
+STORE_ERRORS = (RedisError,)
+
+
+def nobody(value: Any) -> None:
+    """Serve no one: a flight without coalesced callers (a background refresh, a follower's
+    own load)."""
 
 
 class FlightIO:
@@ -115,8 +126,10 @@ async def drive(protocol: flight.Protocol, io: FlightIO) -> Any:
             outcome, error = None, None
             try:
                 outcome = await io.perform(step)
-            except Exception as exc:
+            except STORE_ERRORS as exc:
                 error = thrown_back(step, exc, io.key)
+            except Exception as exc:
+                error = exc
     finally:
         protocol.close()
         await io.close()

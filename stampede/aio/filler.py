@@ -31,17 +31,18 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core import flight
-from ..core.flight import SYSTEM_CLOCK, Clock, Verdict, judge, value_of
+from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.keys import CacheKey, Name
 from ..core.missing import MISSING
 from ..core.options import FillOptions
-from ..core.port import AsyncStore, Guard
+from ..core.outage import guard_unavailable, unavailable
+from ..core.port import AsyncStore, MissGuard
 from ..core.private import unwrap_private
+from ..core.reentry import refuse_reentry
+from ..core.verdict import Verdict, fresh_value, judge, value_of
 from ..exceptions import NotFound
-from ..fill.chain import refuse_reentry
-from ..fill.edge import STORE_ERRORS, guard_unavailable, unavailable
 from ..fill.near import NearReads, filling
-from .driver import run_protocol
+from .driver import STORE_ERRORS, run_protocol
 from .flights import Flights, first_read, flight_group
 
 
@@ -83,7 +84,7 @@ class Filler:
         loader: Callable[[], Any],
         timeout: float | None = None,
         *,
-        bloom: Guard | None = None,
+        bloom: MissGuard | None = None,
         **overrides: Any,
     ) -> Any:
         """Return the value of ``key``, calling ``loader()`` on a miss, once cluster-wide.
@@ -161,10 +162,7 @@ class Filler:
             seen = await self._first_read(key)
         except STORE_ERRORS:
             return MISSING
-        clock = self.clock
-        if judge(seen, clock.wall(), options, clock.random()) is Verdict.FRESH:
-            return value_of(seen)
-        return MISSING
+        return fresh_value(seen, options, self.clock)
 
     # unasync: end
 
@@ -177,7 +175,7 @@ class Filler:
         await self.store.invalidate(named)
 
 
-async def refuse_unknown(bloom: Guard, key: CacheKey) -> None:
+async def refuse_unknown(bloom: MissGuard, key: CacheKey) -> None:
     """Raise ``NotFound`` if ``bloom`` never saw its item: the penetration guard's answer."""
     try:
         admitted = await bloom.aadmits()

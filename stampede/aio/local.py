@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Hashable
 from typing import Any
 
 from ..core import events
-from ..fill.local import follower_wait
+from ..core.flight import follower_wait
 from .loops import loop_state
 
 

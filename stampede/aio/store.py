@@ -9,7 +9,7 @@ the fill's bookkeeping lives in ``{FK}:meta`` (``core/meta.py``); a hit reads bo
 
 Rule: fused where Redis allows. Acquiring also reads the key (the winner knows at once whether
 the previous holder just filled it); a small record travels inside the wake-up message, so
-waiting processes answer without a ``GET``. The calls themselves live in ``calls.py``.
+waiting processes answer without a ``GET``. The calls themselves live in ``store_calls.py``.
 """
 
 from __future__ import annotations
@@ -22,13 +22,12 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ..core import meta
+from ..core import meta, store_calls
 from ..core.flight import LockAttempt
 from ..core.keys import CacheKey, colocated, done_channel, lock_key, meta_key, refuse_scattered
 from ..core.missing import MISSING
 from ..core.port import Dumps, Loads
 from ..core.wakeup import TIMED_OUT, WakeUp, parse_wakeup
-from ..fill import calls
 from ..io import clients, scripts
 from .concurrency import Renewal, fast_mget, near_reader, schedule_renewal
 from .loops import loop_state
@@ -100,7 +99,7 @@ class RedisStore:
 
     async def read_many_near(self, fulls: Sequence[Any]) -> list[tuple[Any, int]]:
         """:meth:`read_near` of each of ``fulls``, in one round trip."""
-        return calls.near_replies(await self._near_reads(fulls))
+        return store_calls.near_replies(await self._near_reads(fulls))
 
     async def _pipelined_near_reads(self, fulls: Sequence[Any]) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
@@ -115,7 +114,7 @@ class RedisStore:
 
     async def invalidate(self, keys: Sequence[CacheKey]) -> None:
         await scripts.arun_many(
-            self.client, scripts.INVALIDATE, [calls.invalidate(key) for key in keys]
+            self.client, scripts.INVALIDATE, [store_calls.invalidate(key) for key in keys]
         )
 
     async def drop_meta(self, keys: Sequence[CacheKey]) -> None:
@@ -168,7 +167,9 @@ class WaitingLock:
     _wakeups: WakeUps
 
     async def peek(self) -> float | None:
-        return calls.holder_ttl_of_pttl(await self._store.client.pttl(lock_key(self._key.full)))
+        return store_calls.holder_ttl_of_pttl(
+            await self._store.client.pttl(lock_key(self._key.full))
+        )
 
     async def subscribe(self, timeout: float | None = None) -> None:
         await self._wakeups.subscribe(timeout)
@@ -198,14 +199,14 @@ class RedisFillLock(WaitingLock):
         # The token is ours before the call: a reply lost after Redis ran SET NX (a timeout,
         # an interrupt) must still be released by close(), not left to its TTL.
         token = self._token = secrets.token_hex(16)
-        call = calls.acquire(self._key, token, self._ttl)
+        call = store_calls.acquire(self._key, token, self._ttl)
         reply = await scripts.arun(self._store.client, scripts.ACQUIRE_READ, *call)
-        lost = calls.lost_attempt(reply)
+        lost = store_calls.lost_attempt(reply)
         if lost is not None:
             self._token = None
             return lost
         self._renewal = schedule_renewal(self._renew, self._ttl / 3)
-        return calls.won_attempt(reply, self._store.loads)
+        return store_calls.won_attempt(reply, self._store.loads)
 
     async def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
         token = self._token
@@ -214,7 +215,7 @@ class RedisFillLock(WaitingLock):
         # Serialized while the lock is still ours: a value that does not pickle raises here,
         # and close() then releases the lock (and wakes the waiters) instead of its TTL.
         stored = None if record is MISSING else self._store.encode(record)
-        call = calls.commit(self._key, token, outcome, stored, ttl)
+        call = store_calls.commit(self._key, token, outcome, stored, ttl)
         self._stop_renewal()
         committed = bool(await scripts.arun(self._store.client, scripts.COMMIT, *call))
         self._token = None  # only now: if the call failed or was cancelled, close() releases
@@ -227,7 +228,7 @@ class RedisFillLock(WaitingLock):
             return
         try:
             await scripts.arun(
-                self._store.client, scripts.RELEASE, *calls.release(self._key, token)
+                self._store.client, scripts.RELEASE, *store_calls.release(self._key, token)
             )
         except RedisError as exc:
             logger.warning(
@@ -251,7 +252,7 @@ class RedisFillLock(WaitingLock):
             return False
         try:
             extended = await scripts.arun(
-                self._store.client, scripts.EXTEND, *calls.extend(self._key, token, self._ttl)
+                self._store.client, scripts.EXTEND, *store_calls.extend(self._key, token, self._ttl)
             )
         except RedisError as exc:
             # Redis may be back before the TTL runs out; if not, the next one is refused.

@@ -27,19 +27,18 @@ The protocol for one key (after the hit check and in-process coalescing, see ``f
 
 from __future__ import annotations
 
-import enum
-import random
-import time
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
 from ..exceptions import WaitTimeout
+from .clock import Clock
 from .envelope import Envelope
 from .failure import Failure
 from .missing import MISSING
 from .options import FillOptions
 from .private import DontCache
+from .verdict import Verdict, is_handoff, judge, value_of
 from .wakeup import FILLED, NOT_SHARED, WakeUp, failure_message
 
 # -- steps the driver performs, and what it sends back ------------------------------------------
@@ -169,66 +168,7 @@ class StoreUnavailable(Exception):
         super().__init__(str(error))
 
 
-@dataclass(frozen=True)
-class Clock:
-    """Time and randomness for the protocol: injected so tests can hold them still."""
-
-    wall: Callable[[], float]  # epoch seconds: soft expiries are shared across machines
-    monotonic: Callable[[], float]  # local deadlines
-    random: Callable[[], float]  # uniform in (0, 1]
-
-
-#: The protocol's own random numbers: a generator of its own, not the ``random`` module's
-#: shared one, so drawing from it in any thread changes no one else's sequence (a seeded
-#: simulation, or a property-based test generating its examples, in the same process).
-_random = random.Random()
-
-#: The real clock; tests pass their own. (Referencing the functions reads no time here.)
-SYSTEM_CLOCK = Clock(
-    wall=time.time, monotonic=time.monotonic, random=lambda: 1.0 - _random.random()
-)
-
-# -- judging a record ----------------------------------------------------------------------------
-
-
-class Verdict(enum.Enum):
-    """What a stored record means for the caller that read it."""
-
-    FRESH = "fresh"
-    EARLY = "early"  # fresh, but XFetch elects this caller to refresh it now
-    STALE = "stale"  # past its soft expiry, within grace
-    ABSENT = "absent"
-    FAILED = "failed"  # a shared failure (ERROR_TTL)
-
-
-def judge(record: Any, now: float, options: FillOptions, random: float) -> Verdict:
-    """Return what ``record`` means for this caller."""
-    if record is MISSING:
-        return Verdict.ABSENT
-    if type(record) is not Envelope:
-        if isinstance(record, Failure):
-            # A hand-off is for the waiters of the fill that failed (see ``_answers``); a new
-            # caller loads again, as ERROR_TTL=0 promises.
-            return Verdict.ABSENT if record.handoff else Verdict.FAILED
-        return Verdict.FRESH  # a plain value written by cache.set: no expiry metadata
-    soft_expires_at = record.soft_expires_at
-    if soft_expires_at is not None and now >= soft_expires_at:
-        # Redis keeps a record a little past soft expiry + grace (its TTL runs from the
-        # commit, which comes after the soft expiry was set): past the grace it is a miss.
-        if now >= soft_expires_at + options.grace:
-            return Verdict.ABSENT
-        return Verdict.STALE
-    if record.wants_early_refresh(now, options.early_refresh_beta, random):
-        return Verdict.EARLY
-    return Verdict.FRESH
-
-
-def _is_handoff(record: Any) -> bool:
-    return isinstance(record, Failure) and record.handoff
-
-
-def value_of(record: Any) -> Any:
-    return record.value if type(record) is Envelope else record
+# -- what a fill decides beside the protocol --------------------------------------------------
 
 
 def expiries(
@@ -345,7 +285,7 @@ def _fill_missing(key: Any, timeout: float | None, options: FillOptions, clock: 
             # The previous holder may have stored and released between our read and our
             # attempt; loading again would be the very stampede we prevent. A failure it
             # stored (error_ttl) is served like any other caller gets it.
-            if subscribed and _is_handoff(attempt.record):
+            if subscribed and is_handoff(attempt.record):
                 # The fill we waited for failed, and its message did not reach us.
                 yield from _release(FILLED)
                 attempt.record.raise_()
@@ -420,6 +360,23 @@ def timed_out(key: Any, waited: float, options: FillOptions) -> Protocol:
     # "load": load without caching, as nginx's proxy_cache_lock_timeout does, so the slow
     # holder's result is not overwritten by ours.
     return (yield Load(locked=False))
+
+
+def follower_wait(locked: bool, deadline: float | None, now: float) -> float | None:
+    """Return how long a follower may still wait for its process's flight: None without limit,
+    0 none.
+
+    ``locked``: the flight's leader runs the loader under the lock; ``deadline``: the
+    follower's own (its arrival plus ``wait_timeout``; None: none). The follower's time-out runs
+    only while its leader loads under the lock: it then waits for a slow holder exactly as a
+    waiter in another process does, and gets ``timed_out``. While the leader waits for another
+    process's fill, or loads without the lock (a fallback), the follower waits for its answer:
+    the leader is bounded by ``wait_timeout`` itself, and its ``on_timeout`` or
+    ``on_redis_error`` result is theirs. Shared by the threads' and the tasks' flight groups.
+    """
+    if not locked or deadline is None:
+        return None
+    return max(0.0, deadline - now)
 
 
 def load_own() -> Protocol:

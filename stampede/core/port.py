@@ -73,11 +73,6 @@ class MissGuard(Protocol):
     async def aadmits(self) -> bool: ...
 
 
-#: The former name, still imported by ``fill/filler.py`` and ``aio/filler.py``; remove it
-#: once they import ``MissGuard``.
-Guard = MissGuard
-
-
 class Store(Protocol):
     """Where one cache's records live, and the locks that guard their fills."""
 

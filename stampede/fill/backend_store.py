@@ -21,13 +21,13 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from ..core import backend_layout as layout
+from ..core import store_calls
 from ..core.flight import LockAttempt
 from ..core.keys import CacheKey
 from ..core.missing import MISSING
 from ..io import scripts
 from ..lock.mutex import Mutex
-from . import backend_layout as layout
-from . import calls
 from .store import WaitingLock, WakeUps
 
 logger = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class BackendStore:
 
     def invalidate(self, keys: Sequence[CacheKey]) -> None:
         self.drop_meta(keys)
-        batch = [calls.invalidate(key) for key in keys]
+        batch = [store_calls.invalidate(key) for key in keys]
         scripts.run_many(self.client, scripts.INVALIDATE, batch)
 
     def drop_meta(self, keys: Sequence[CacheKey]) -> None:

@@ -33,16 +33,17 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core import flight
-from ..core.flight import SYSTEM_CLOCK, Clock, Verdict, judge, value_of
+from ..core.clock import SYSTEM_CLOCK, Clock
 from ..core.keys import CacheKey, Name
 from ..core.missing import MISSING
 from ..core.options import FillOptions
-from ..core.port import Guard, Store
+from ..core.outage import guard_unavailable, unavailable
+from ..core.port import MissGuard, Store
 from ..core.private import unwrap_private
+from ..core.reentry import refuse_reentry
+from ..core.verdict import Verdict, judge, value_of
 from ..exceptions import NotFound
-from .chain import refuse_reentry
-from .driver import run_protocol
-from .edge import STORE_ERRORS, guard_unavailable, unavailable
+from .driver import STORE_ERRORS, run_protocol
 from .flights import Flights, first_read, flight_group
 from .near import NearReads, filling
 
@@ -85,7 +86,7 @@ class Filler:
         loader: Callable[[], Any],
         timeout: float | None = None,
         *,
-        bloom: Guard | None = None,
+        bloom: MissGuard | None = None,
         **overrides: Any,
     ) -> Any:
         """Return the value of ``key``, calling ``loader()`` on a miss, once cluster-wide.
@@ -154,7 +155,7 @@ class Filler:
         self.store.invalidate(named)
 
 
-def refuse_unknown(bloom: Guard, key: CacheKey) -> None:
+def refuse_unknown(bloom: MissGuard, key: CacheKey) -> None:
     """Raise ``NotFound`` if ``bloom`` never saw its item: the penetration guard's answer."""
     try:
         admitted = bloom.admits()

@@ -23,19 +23,8 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from ..core import events, process
+from ..core.flight import follower_wait
 from ..core.missing import MISSING
-
-
-def follower_wait(locked: bool, deadline: float | None, now: float) -> float | None:
-    """Return how long a follower may still wait for its flight: None without limit, 0 none.
-
-    ``locked``: the leader runs the loader under the lock; ``deadline``: the follower's own
-    (its arrival plus ``wait_timeout``; None: none). Shared by the threads' and the tasks'
-    flight groups.
-    """
-    if not locked or deadline is None:
-        return None
-    return max(0.0, deadline - now)
 
 
 class Flight:

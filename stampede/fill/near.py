@@ -14,13 +14,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ..core.flight import Clock, Verdict, judge, value_of
+from ..core.clock import Clock
 from ..core.keys import CacheKey
 from ..core.missing import MISSING
 from ..core.near import NearCache, Stamp
 from ..core.options import FillOptions
+from ..core.reentry import loading
+from ..core.verdict import fresh_value
 from ..io.tracking import tracker_for
-from .chain import loading
 from .store import RedisStore
 
 
@@ -49,11 +50,7 @@ class NearReads:
         The fillers' first step: a fresh copy needs no coalescing, no Redis, no protocol.
         """
         copy = self.hit(full)
-        if copy is not MISSING and judge(copy, clock.wall(), options, clock.random()) is (
-            Verdict.FRESH
-        ):
-            return value_of(copy)
-        return MISSING
+        return MISSING if copy is MISSING else fresh_value(copy, options, clock)
 
     def begin(self) -> Stamp | None:
         """Return the stamp to take before reading Redis (None: keep nothing; see the rule)."""

@@ -22,8 +22,8 @@ import pytest
 import redis as redis_py
 
 from stampede.core import keys, meta
+from stampede.core.clock import SYSTEM_CLOCK
 from stampede.core.failure import Failure
-from stampede.core.flight import SYSTEM_CLOCK
 from tests.django import workers
 from tests.faults.holder_workers import (
     Herd,

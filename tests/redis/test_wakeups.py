@@ -20,9 +20,9 @@ import redis.asyncio as aredis
 from stampede import aio
 from stampede.core import meta, wakeup
 from stampede.core.failure import Failure
-from stampede.core.flight import value_of
 from stampede.core.keys import CacheKey, done_channel, lock_key
 from stampede.core.missing import MISSING
+from stampede.core.verdict import value_of
 from stampede.core.wakeup import WAKEUP_VALUE_LIMIT, WakeUp, failure_message, parse_wakeup
 from stampede.fill.fenced import FencedStore
 from stampede.fill.store import RedisStore

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
+from stampede.core.clock import Clock
 from stampede.core.envelope import Envelope
 from stampede.core.failure import Failure
 from stampede.core.flight import (
     SUBSCRIBE_FLOOR,
     UNREAD,
     Background,
-    Clock,
     Commit,
     Load,
     LockAttempt,
@@ -31,17 +31,19 @@ from stampede.core.flight import (
     StoreUnavailable,
     Subscribe,
     TryLock,
-    Verdict,
     Wait,
     fill,
-    judge,
+    follower_wait,
     load_own,
     needs_own_load,
     timed_out,
 )
+from stampede.core.keys import CacheKey
 from stampede.core.missing import MISSING
 from stampede.core.options import FillOptions
+from stampede.core.outage import thrown_back
 from stampede.core.private import DontCache
+from stampede.core.verdict import Verdict, fresh_value, judge
 from stampede.core.wakeup import (
     FILLED,
     INVALIDATED,
@@ -754,6 +756,46 @@ def test_judge(record, random, verdict):
 )
 def test_judge_serves_stale_only_within_grace(record, verdict):
     assert judge(record, NOW, FillOptions(grace=2), 1.0) is verdict
+
+
+@pytest.mark.parametrize(
+    ("record", "random", "value"),
+    [
+        (None, 1.0, None),  # a cached None is a hit
+        ("plain", 1.0, "plain"),
+        (fresh("v"), 1.0, "v"),
+        (HOT, 0.9, "hot"),
+        (HOT, 0.5, MISSING),  # XFetch elects this caller: the flight refreshes
+        (Envelope("v", NOW, 0.1), 1.0, MISSING),  # stale or past grace: the flight's
+        (Failure(DB_DOWN), 1.0, MISSING),  # a shared failure: the flight raises it
+        (MISSING, 1.0, MISSING),
+    ],
+)
+def test_the_hit_check_returns_only_a_fresh_records_value(record, random, value):
+    assert fresh_value(record, FillOptions(), FakeClock(random).clock) is value
+
+
+@pytest.mark.parametrize(
+    ("locked", "deadline", "now", "left"),
+    [
+        (False, NOW + 5, NOW, None),  # the leader waits for another process: no own limit
+        (True, None, NOW, None),  # no wait_timeout
+        (True, NOW + 5, NOW + 2, 3.0),
+        (True, NOW + 5, NOW + 9, 0.0),  # past its deadline: time out now
+    ],
+)
+def test_a_follower_times_out_only_while_its_leader_loads_under_the_lock(
+    locked, deadline, now, left
+):
+    assert follower_wait(locked, deadline, now) == left
+
+
+def test_a_store_error_is_an_outage_except_in_the_loaders_own_step():
+    key, error = CacheKey.of("k"), ConnectionError("gone")
+    assert thrown_back(Load(), error, key) is error  # the loader's data source: shared as is
+    for step in (Read(), TryLock(), Subscribe(), Peek(), Wait(1.0), Commit(FILLED)):
+        outage = thrown_back(step, error, key)
+        assert isinstance(outage, StoreUnavailable) and outage.error is error
 
 
 # -- XFetch: Envelope.wants_early_refresh ---------------------------------------------------
