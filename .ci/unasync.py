@@ -1,15 +1,21 @@
 """Generate the sync modules of stampede from their asyncio sources, or check they are current.
 
-The asyncio modules under ``stampede/aio/`` are the one source of the lock and fill code; each
-sync module is that source with the async words taken out (``async def`` -> ``def``, ``await x``
--> ``x``, ``__aenter__`` -> ``__enter__``, ``scripts.arun`` -> ``scripts.run``, ...), whole
-words only, then sorted and formatted by ruff as the rest of the code is. What truly differs
-between threads and an event loop is written twice under the same names, so that the source
-calls it the same way on both sides: ``aio/concurrency.py`` against ``lock/concurrency.py`` and
-``fill/concurrency.py`` (sleeping, the local queue, the renewal, asking Redlock's servers, the
-hit's read), ``aio/flights.py`` against ``fill/flights.py`` (the flight group, the first read,
-the loader's call, the background refresh). Lines between ``# unasync: async only`` and
-``# unasync: end`` exist on the asyncio side only.
+Each layer folder that has asyncio code holds it in ``_async/`` and its thread side, file for
+file, in ``_sync/`` (as httpcore does). The asyncio modules named in ``GENERATED`` are the one
+source of the lock and fill code: each ``<layer>/_sync/<name>`` is ``<layer>/_async/<name>``
+with the async words taken out (``async def`` -> ``def``, ``await x`` -> ``x``, ``__aenter__``
+-> ``__enter__``, ``scripts.arun`` -> ``scripts.run``, ``_async`` -> ``_sync`` in imports, ...),
+whole words only, then sorted and formatted by ruff as the rest of the code is. What truly
+differs between threads and an event loop is written twice under one name (``WRITTEN_TWICE``),
+so that a source calls it the same way on both sides: ``lock/_async/concurrency.py`` against
+``lock/_sync/concurrency.py`` (sleeping, the local queue, the renewal, asking Redlock's
+servers), ``fill/_async/flights.py`` against ``fill/_sync/flights.py`` (the flight group, the
+first read, the loader's call, the background refresh), and so on. Lines between
+``# unasync: async only`` and ``# unasync: end`` exist on the asyncio side only.
+
+The folders are checked too: a module in ``_sync/`` is generated or written twice (its twin in
+``_async/`` has its name), and one in ``_async/`` is either, or asyncio only (``ASYNCIO_ONLY``);
+each ``_sync/`` import of a generated module names a module that exists.
 
 Usage::
 
@@ -23,6 +29,7 @@ A generated module is never edited by hand: its first lines say so, and ``--chec
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 import subprocess
 import sys
@@ -51,12 +58,11 @@ SUBSTITUTIONS: tuple[tuple[str, str], ...] = (
     (r"scripts\.arun_many", "scripts.run_many"),
     (r"scripts\.arun", "scripts.run"),
     (r"aadmits", "admits"),
-    # Where the sync twins live, in docstrings and imports.
+    # Where the sync twins live, in docstrings and imports: the mirrored folder.
+    (r"_async", "_sync"),
     (r"stampede\.aio\.", "stampede."),
     (r"redis\.asyncio\.", "redis."),
     (r"``redis\.asyncio``", "``redis``"),
-    (r"from \.notify import", "from ..io.notify import"),
-    (r"from \.mutex import", "from ..lock.mutex import"),
     # A Django cache's asyncio methods and their sync twins.
     (r"aget_many", "get_many"),
     (r"aset_many", "set_many"),
@@ -73,13 +79,33 @@ class Pair:
     target: str
 
 
-PAIRS: tuple[Pair, ...] = (
-    Pair("stampede/aio/mutex.py", "stampede/lock/mutex.py"),
-    Pair("stampede/aio/redlock.py", "stampede/lock/redlock.py"),
-    Pair("stampede/aio/store.py", "stampede/fill/store.py"),
-    Pair("stampede/aio/filler.py", "stampede/fill/filler.py"),
-    Pair("stampede/aio/driver.py", "stampede/fill/driver.py"),
-    Pair("stampede/aio/backend_store.py", "stampede/fill/backend_store.py"),
+#: Each layer's generated modules: ``<layer>/_sync/<name>`` is written from
+#: ``<layer>/_async/<name>``.
+GENERATED: dict[str, tuple[str, ...]] = {
+    "lock": ("mutex.py", "redlock.py"),
+    "fill": ("store.py", "backend_store.py", "filler.py", "driver.py"),
+}
+
+#: Each layer's modules written twice by hand, under one name in ``_async/`` and ``_sync/``: what
+#: truly differs between threads and tasks.
+WRITTEN_TWICE: dict[str, tuple[str, ...]] = {
+    "io": ("notify.py",),
+    "lock": ("concurrency.py",),
+    "fill": ("concurrency.py", "flights.py", "local.py"),
+    "bloom": ("filter.py",),
+}
+
+#: Each layer's asyncio modules with no thread twin: per-loop state and batching, and the near
+#: cache's reads on a loop (a thread reads through ``fill/near.py``'s ``NearReads`` itself).
+ASYNCIO_ONLY: dict[str, tuple[str, ...]] = {
+    "io": ("loops.py", "batch.py"),
+    "fill": ("near.py",),
+}
+
+PAIRS: tuple[Pair, ...] = tuple(
+    Pair(f"stampede/{layer}/_async/{name}", f"stampede/{layer}/_sync/{name}")
+    for layer, names in GENERATED.items()
+    for name in names
 )
 
 
@@ -89,6 +115,9 @@ def _compile(pairs: tuple[tuple[str, str], ...]) -> list[tuple[re.Pattern[str], 
         (re.compile(r"(?<!\w)" + old + (r"(?!\w)" if old[-1].isalnum() else "")), new)
         for old, new in pairs
     ]
+
+
+_COMPILED = _compile(SUBSTITUTIONS)
 
 
 def header(pair: Pair) -> str:
@@ -110,18 +139,66 @@ ASYNCIO_IMPORT = re.compile(r"^[ \t]*(import asyncio|from asyncio)\b.*$", re.M)
 def unasync(text: str, pair: Pair) -> str:
     """Return the sync module's text for the asyncio source ``text`` (before formatting)."""
     text = ASYNC_ONLY.sub("", text)
-    # The target's own package is imported relatively: ``..lock.rules`` is ``.rules`` in lock/.
-    package = Path(pair.target).parent.name
-    own = ((rf"from \.\.{package}\.", "from ."), (rf"from \.\.{package} import", "from . import"))
-    for pattern, replacement in _compile(SUBSTITUTIONS + own):
+    for pattern, replacement in _COMPILED:
         text = pattern.sub(replacement, text)
     used = ASYNCIO_IMPORT.search(text)
     if used:
         raise SystemExit(
             f"{pair.source} imports asyncio ({used.group(0).strip()!r}): the sync module cannot;"
-            " move what needs it to aio/concurrency.py or aio/flights.py and their sync twins"
+            " move what needs it to a module written twice (WRITTEN_TWICE: _async/concurrency.py,"
+            " _async/flights.py, ...) and its _sync/ twin"
         )
     return header(pair) + text
+
+
+def missing_imports(text: str, pair: Pair, root: Path) -> list[str]:
+    """Return the stampede modules that the generated ``text`` imports and ``root`` lacks.
+
+    A source may import an asyncio-only module (``io/_async/loops.py``) for its ``async only``
+    lines: the generated import of its ``_sync`` namesake must then have gone with them (ruff
+    drops an import left unused); one still in use names a twin that nobody wrote.
+    """
+    package = Path(pair.target).parent.parts
+    lacking = []
+    for node in ast.walk(ast.parse(text)):
+        if not isinstance(node, ast.ImportFrom) or not node.level:
+            continue
+        parts = [*package[: len(package) - node.level + 1], *(node.module or "").split(".")]
+        parts = [part for part in parts if part]
+        where = root.joinpath(*parts)
+        if where.with_suffix(".py").is_file():
+            continue
+        if not (where / "__init__.py").is_file():
+            lacking.append(".".join(parts))
+        elif where.name == "_sync":  # ``from .._sync import x``: x is a module of the folder
+            lacking.extend(
+                f"{'.'.join(parts)}.{alias.name}"
+                for alias in node.names
+                if not (where / f"{alias.name}.py").is_file()
+            )
+    return lacking
+
+
+def mirror_problems(root: Path) -> list[str]:
+    """Return how the ``_async/`` and ``_sync/`` folders under ``root`` differ from the lists."""
+    problems = []
+    layers = sorted(set(GENERATED) | set(WRITTEN_TWICE) | set(ASYNCIO_ONLY))
+    for layer in layers:
+        twins = {*GENERATED.get(layer, ()), *WRITTEN_TWICE.get(layer, ())}
+        wanted = {"_sync": twins, "_async": twins | set(ASYNCIO_ONLY.get(layer, ()))}
+        for side, names in wanted.items():
+            folder = root / "stampede" / layer / side
+            found = {path.name for path in folder.glob("*.py")} - {"__init__.py"}
+            for name in sorted(found - names):
+                problems.append(
+                    f"stampede/{layer}/{side}/{name} is in no list of {SCRIPT} (GENERATED,"
+                    " WRITTEN_TWICE, ASYNCIO_ONLY): name it there, or move it out of the folder"
+                )
+            for name in sorted(names - found):
+                problems.append(f"stampede/{layer}/{side}/{name} is listed in {SCRIPT} but absent")
+            if not (folder / "__init__.py").exists():
+                problems.append(f"stampede/{layer}/{side}/__init__.py is missing")
+    return problems
 
 
 def _ruff(args: list[str], text: str, target: str, root: Path) -> str:
@@ -139,7 +216,14 @@ def generate(pair: Pair, root: Path = ROOT) -> str:
     # Imports re-sorted (``.notify`` became ``..io.notify``) and those left unused dropped
     # (``Awaitable``), lines re-wrapped (``await`` gone).
     text = _ruff(["check", "--fix", "--select", "I,F401", "--quiet"], text, pair.target, root)
-    return _ruff(["format", "--quiet"], text, pair.target, root)
+    text = _ruff(["format", "--quiet"], text, pair.target, root)
+    lacking = missing_imports(text, pair, root)
+    if lacking:
+        raise SystemExit(
+            f"the generated {pair.target} imports {', '.join(lacking)}, which does not exist:"
+            f" {pair.source} uses an asyncio-only module outside its '# unasync: async only' lines"
+        )
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
         "--root", type=Path, default=ROOT, help="the checkout to work on (default: this one)"
     )
     options = parser.parse_args(argv)
+    problems = mirror_problems(options.root)
+    for problem in problems:
+        print(problem, file=sys.stderr)
     stale = []
     for pair in PAIRS:
         wanted = generate(pair, options.root)
@@ -171,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             f"run `python {SCRIPT}`",
             file=sys.stderr,
         )
-    return 1 if stale else 0
+    return 1 if stale or problems else 0
 
 
 if __name__ == "__main__":

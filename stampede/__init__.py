@@ -26,11 +26,11 @@ from .exceptions import (
 if TYPE_CHECKING:
     from .bloom import BloomFilter
     from .decorators import cached, single_flight
-    from .fill.filler import Filler
-    from .fill.store import RedisStore
+    from .fill._sync.filler import Filler
+    from .fill._sync.store import RedisStore
+    from .lock._sync.mutex import Mutex
+    from .lock._sync.redlock import Redlock
     from .lock.guard import Guard, guard
-    from .lock.mutex import Mutex
-    from .lock.redlock import Redlock
 
 __version__ = "0.1.0"
 
@@ -60,12 +60,12 @@ __all__ = [
 # Public names living in modules that import redis or Django; resolved on first access.
 _LAZY: dict[str, str] = {
     "BloomFilter": ".bloom",
-    "Filler": ".fill.filler",
-    "RedisStore": ".fill.store",
+    "Filler": ".fill._sync.filler",
+    "RedisStore": ".fill._sync.store",
     "Guard": ".lock.guard",
     "guard": ".lock.guard",
-    "Mutex": ".lock.mutex",
-    "Redlock": ".lock.redlock",
+    "Mutex": ".lock._sync.mutex",
+    "Redlock": ".lock._sync.redlock",
     "cached": ".decorators",
     "single_flight": ".decorators",
 }

@@ -36,14 +36,14 @@ from redis.exceptions import RedisError
 
 from . import call_args, passthrough, stores
 from . import signals as _signals  # noqa: F401  (herd events become Django signals)
-from .aio import near as async_near
-from .aio.filler import Filler as AsyncFiller
 from .cache_settings import REDIS_URL_SCHEMES, parsed
 from .core import options as conf
 from .core.keys import CacheKey
 from .core.missing import MISSING
 from .exceptions import NotFound
-from .fill.filler import Filler
+from .fill._async import near as async_near
+from .fill._async.filler import Filler as AsyncFiller
+from .fill._sync.filler import Filler
 from .fill.near import NearReads
 from .redis_calls import NativeCalls
 

@@ -35,13 +35,13 @@ from typing import Any
 import django
 from django.middleware.cache import UpdateCacheMiddleware
 
-from .aio.backend_store import BackendStore as AsyncBackendStore
-from .aio.loops import loop_state
-from .aio.store import RedisStore as AsyncRedisStore
-from .fill.backend_store import BackendStore
+from .fill._async.backend_store import BackendStore as AsyncBackendStore
+from .fill._async.store import RedisStore as AsyncRedisStore
+from .fill._sync.backend_store import BackendStore
+from .fill._sync.store import RedisStore
 from .fill.fenced import FencedStore
-from .fill.store import RedisStore
 from .io import clients, factory
+from .io._async.loops import loop_state
 
 _REDIS_BACKENDS = {"django.core.cache.backends.redis.RedisCache", "django_redis.cache.RedisCache"}
 

@@ -28,9 +28,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .aio.batch import DirectReads, ReadBatch
 from .django_internals import DjangoRedisParts
 from .io import scripts
+from .io._async.batch import DirectReads, ReadBatch
 
 #: The errors django-redis's ``DefaultClient`` reports as ``ConnectionInterrupted`` (its
 #: ``_main_exceptions``): with ``IGNORE_EXCEPTIONS`` on, they answer the call's default.
@@ -68,7 +68,7 @@ class DjangoRedisClientCalls:
 
     Args:
         client: the loop's ``redis.asyncio`` client of the cache's server.
-        reads: the loop's reads on that client (``stampede.aio.batch.reads_of``).
+        reads: the loop's reads on that client (``stampede.io._async.batch.reads_of``).
         wrapped: the wrapped cache (its ``default_timeout`` and ``version``, read per call).
         parts: what django-redis's client lends (``django_internals.django_redis_parts``).
     """

@@ -5,7 +5,7 @@ thread hop per call, and under ASGI, where Django builds a cache object per requ
 Redis client and connection pool per request. Here each call sends what the wrapped cache's
 own sync client sends, on the running loop's ``redis.asyncio`` client of the cache's primary
 (one per process and loop, ``stampede.io.clients.async_twin``). Reads that the loop's tasks
-ask for in one turn go out as one command (``stampede.aio.batch``). Two caches' calls:
+ask for in one turn go out as one command (``stampede.io._async.batch``). Two caches' calls:
 
 - ``BuiltinRedisCalls`` (here), Django's ``RedisCache``: the commands of its
   ``RedisCacheClient`` (Django 4.2 to 6.1: unchanged there), with the cache's own serializer.
@@ -27,9 +27,9 @@ from typing import Any
 
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 
-from .aio.batch import DirectReads, ReadBatch
 from .core.keys import CacheKey
 from .django_redis_calls import DjangoRedisClientCalls
+from .io._async.batch import DirectReads, ReadBatch
 
 
 class BuiltinRedisCalls:
@@ -37,7 +37,7 @@ class BuiltinRedisCalls:
 
     Args:
         client: the loop's ``redis.asyncio`` client of the cache's server.
-        reads: the loop's reads on that client (``stampede.aio.batch.reads_of``).
+        reads: the loop's reads on that client (``stampede.io._async.batch.reads_of``).
         key: ``(key, version) -> CacheKey`` as the wrapped cache makes and validates it.
         wrapped: the wrapped ``RedisCache`` (its ``get_backend_timeout`` and ``version``).
         dumps, loads: the wrapped cache's serializer.

@@ -25,10 +25,6 @@ from django.conf import settings as django_settings
 from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
 
-from .aio import batch
-from .aio.filler import Filler as AsyncFiller
-from .aio.loops import loop_state
-from .aio.store import RedisStore as AsyncRedisStore
 from .cache_settings import CacheSettings
 from .core import lockspec, process
 from .core.keys import CacheKey
@@ -41,13 +37,17 @@ from .django_internals import (
     store_for,
 )
 from .django_redis_calls import DjangoRedisClientCalls
-from .fill import local
+from .fill._async.filler import Filler as AsyncFiller
+from .fill._async.store import RedisStore as AsyncRedisStore
+from .fill._sync import local
+from .fill._sync.filler import Filler
+from .fill._sync.store import RedisStore
 from .fill.fenced import FencedStore
-from .fill.filler import Filler
 from .fill.near import NearReads
-from .fill.store import RedisStore
 from .io import clients
-from .lock.mutex import Mutex
+from .io._async import batch
+from .io._async.loops import loop_state
+from .lock._sync.mutex import Mutex
 from .redis_calls import BuiltinRedisCalls
 
 #: A cache's store: records and fill locks.
@@ -133,7 +133,7 @@ def outside_locks(spec: lockspec.LockSpec) -> tuple[Callable[..., Any], tuple[ty
     Clients are made once per process (per URL, per hosts string); locks once per flight.
     """
     if spec.kind == "redlock":
-        from .lock.redlock import Redlock
+        from .lock._sync.redlock import Redlock
 
         servers = [clients.for_url(url) for url in spec.urls]
 

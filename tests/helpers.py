@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib.util
 import multiprocessing
 import subprocess
 import sys
@@ -31,11 +32,28 @@ from stampede.io import clients
 
 SPAWN = multiprocessing.get_context("spawn")
 
+#: The checkout (the wheel legs run from a copy of it without its ``stampede/`` folder).
+ROOT = Path(__file__).resolve().parent.parent
+
 _clients: dict[str, redis_py.Redis] = {}
 _clients_lock = threading.Lock()
 
 
 # -- waiting -----------------------------------------------------------------------------------
+
+
+def load_unasync() -> Any:
+    """Return ``.ci/unasync.py`` as a module: its lists say which modules are generated, which
+    are written twice and which are asyncio only."""
+    spec = importlib.util.spec_from_file_location("unasync_script", ROOT / ".ci" / "unasync.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while building the class
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules[spec.name]
+    return module
 
 
 def parse_file(path: Any) -> ast.Module:

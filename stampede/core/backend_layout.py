@@ -5,8 +5,8 @@ store it, and the fill's meta (``core/meta.py``) beside it under ``meta_key(key)
 backend: a hit stays one call (``get_many`` of both), the pair is written by one ``set_many``
 with one timeout, and it is evicted by the same cache. In the lock's Redis instead, a hit would
 cost a second round trip to another server, and a value evicted by memcached would leave its
-meta. This module holds only the layout (pure functions); the stores in ``aio/backend_store.py``
-and its generated sync twin do the calls.
+meta. This module holds only the layout (pure functions); the stores in
+``fill/_async/backend_store.py`` and its generated sync twin do the calls.
 """
 
 from __future__ import annotations

@@ -2,14 +2,14 @@
 
 ``fill()`` is a generator. It yields *steps* (read the key, try the lock, wait for a wake-up,
 run the loader, commit) and receives each step's outcome; it never performs I/O itself. The
-sync driver (``fill/driver.py``) and the asyncio driver (``aio/driver.py``) only perform the
+asyncio driver (``fill/_async/driver.py``) and the sync one generated from it only perform the
 steps, so every decision of the protocol is written once, here, and tested without Redis.
 
 Rule: no I/O, no sleeping, no clock reads: time and randomness come in through ``Clock``.
 Rule: no Redis import. A driver whose step failed in its store throws ``StoreUnavailable``
 into the generator; the protocol, not the driver, applies ``on_redis_error``.
 
-The protocol for one key (after the hit check and in-process coalescing, see ``filler.py``)::
+The protocol for one key (after the hit check, ``verdict.py``, and in-process coalescing)::
 
     Read -> fresh: return it.   early (XFetch) or stale (within grace): TryLock;
             lost -> return the value we have; won -> refresh (inline or in the background).

@@ -114,3 +114,23 @@ class AsyncStore(Protocol):
     def lock(self, key: CacheKey, ttl: float) -> AsyncFillLock: ...
 
     async def invalidate(self, keys: Sequence[CacheKey]) -> None: ...
+
+
+class NearStore(Protocol):
+    """What a near cache (``fill/near.py``'s ``NearReads``) reads through on a miss: the
+    process's sync ``RedisStore`` (on an event loop, ``fill/_async/near.py`` reads through the
+    loop's twin of it instead)."""
+
+    client: Any  # the Redis client whose CLIENT TRACKING reports keep the copies true
+
+    def decode_copy(self, copy: tuple[bytes, bytes | None]) -> Any:
+        """Return the record of a near cache's copy: (the value's bytes, its meta)."""
+        ...
+
+    def read_near(self, full: Any) -> tuple[tuple[bytes, bytes | None] | None, int]:
+        """Return (the value's bytes, its meta) of ``full``, None if absent, and its ``PTTL``."""
+        ...
+
+    def read_many_near(self, fulls: Sequence[Any]) -> list[tuple[Any, int]]:
+        """Return :meth:`read_near` of each of ``fulls``, in one round trip."""
+        ...

@@ -1,7 +1,8 @@
 """The Redis calls of a fill over one Redis, as (keys, args) and reply readers.
 
-Rule: no I/O. ``fill/store.py`` and its asyncio twin ``aio/store.py`` send exactly these, so a
-change to what a fill asks of Redis is made once and cannot drift between them.
+Rule: no I/O. ``fill/_async/store.py`` and the sync store generated from it send exactly these
+(and ``fill/_async/backend_store.py`` the lock's), so a change to what a fill asks of Redis is
+made once, here, with no Redis client in sight.
 """
 
 from __future__ import annotations

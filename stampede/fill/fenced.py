@@ -33,7 +33,7 @@ from ..core.missing import MISSING
 from ..core.options import to_ms
 from ..core.wakeup import FILLED_WITH_RECORD, INVALIDATED, RELEASED, travels_with_wakeup
 from ..io import scripts
-from .store import RedisStore, WaitingLock, WakeUps
+from ._sync.store import RedisStore, WaitingLock, WakeUps
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,9 @@
 """Reads through a near cache (``stampede.core.near``) in front of one ``RedisStore``.
 
+Written once, for both sides: the near cache is the process's, in memory and thread-safe, so an
+event loop uses the very object the threads use (``_async/near.py`` reads Redis on its misses
+through the loop's store); its own reads are the threads' (``NearReads.read``).
+
 Rule: only what Redis returned is kept, as its bytes, and only by a read that took its stamp
 first (see ``NearCache.admit``). Absent keys are not kept: a flood of unknown keys must not
 push the hot ones out.
@@ -19,10 +23,10 @@ from ..core.keys import CacheKey
 from ..core.missing import MISSING
 from ..core.near import NearCache, Stamp
 from ..core.options import FillOptions
+from ..core.port import NearStore
 from ..core.reentry import loading
 from ..core.verdict import fresh_value
 from ..io.tracking import tracker_for
-from .store import RedisStore
 
 
 class NearReads:
@@ -30,7 +34,7 @@ class NearReads:
 
     __slots__ = ("decode", "near", "prefix", "store")
 
-    def __init__(self, near: NearCache, store: RedisStore, prefix: str) -> None:
+    def __init__(self, near: NearCache, store: NearStore, prefix: str) -> None:
         self.near = near
         self.store = store
         self.prefix = prefix

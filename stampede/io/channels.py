@@ -1,7 +1,7 @@
 """Which wake-up channels a process listens to, and who waits on each.
 
 The bookkeeping shared by the sync notifier (``listener.py``, a listener thread) and its asyncio
-twin (``aio/notify.py``, a listener task). Rule: no I/O and no locking here; each notifier
+twin (``_async/notify.py``, a listener task). Rule: no I/O and no locking here; each notifier
 calls these methods under its own lock (sync) or from its one event loop (async), and does
 the sends itself.
 

@@ -167,7 +167,7 @@ def async_twin(sync_client: Any, per_loop: weakref.WeakKeyDictionary[Any, Any]) 
     """Return a ``redis.asyncio`` client for the server of ``sync_client``, or None.
 
     Same host, database, AUTH and TLS as the sync client. ``per_loop`` is the running loop's
-    registry (``stampede.aio.loops``), keyed weakly by the sync pool. None when the sync pool's
+    registry (``io/_async/loops.py``), keyed weakly by the sync pool. None when the sync pool's
     connections have no asyncio twin (Sentinel-managed pools): use the sync path in a thread.
     """
     pool = getattr(sync_client, "connection_pool", None)

@@ -26,7 +26,7 @@ Rule: a moved slot costs a re-check, never a hang.
 Rule: a subscribe that must try again (moved, being moved, owner unreachable) pauses as
 ``reconnect.Backoff`` says, whatever the error, and its failures are logged at a bounded rate.
 
-The asyncio routers (``stampede.aio.notify``) keep these rules by the same pieces:
+The asyncio routers (``stampede.io._async.notify``) keep these rules by the same pieces:
 ``RouterBase`` (the per-call decisions, ``OwnerSearch``) and ``ShardedBase``; each side writes
 only its waiting and the cluster client's I/O.
 """

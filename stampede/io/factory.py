@@ -128,7 +128,7 @@ def _async_primary_class() -> type:
     """Return a ``redis.asyncio.Redis`` whose ``aclose`` closes its sentinels' connections too.
 
     The manager's clients of the sentinels are its own, and nothing else closes them: left
-    open at a loop's shutdown (``stampede.aio.loops`` closes the clients it keeps with
+    open at a loop's shutdown (``stampede.io._async.loops`` closes the clients it keeps with
     ``aclose``), they end as ResourceWarnings.
     """
     import redis.asyncio

@@ -1,7 +1,7 @@
 """What the two wake-up listeners share: their state and the decisions that do not wait.
 
 ``listener.Notifier`` listens in a thread, under a lock; its asyncio twin
-(``stampede.aio.notify.Notifier``) listens in a task, on one event loop. How each waits
+(``stampede.io._async.notify.Notifier``) listens in a task, on one event loop. How each waits
 (``threading.Condition`` and a thread; ``asyncio.Event`` and a task) and how each does its
 I/O is written in each, because that is what truly differs. What a subscription holds and how
 it is woken, the notifier's connection state, when a subscribe gives up or tries again, what a

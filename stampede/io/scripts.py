@@ -416,7 +416,7 @@ return epoch
 EACH_EXISTS = Script(
     "each_exists",
     """
--- KEYS the keys asked about (any keys: never run on a Redis Cluster, stampede.aio.batch)
+-- KEYS the keys asked about (any keys: never run on a Redis Cluster, stampede.io._async.batch)
 -- ARGV none
 -- returns one 1 or 0 per key, in order (EXISTS of several keys answers only how many exist)
 local found = {}

@@ -1,6 +1,6 @@
 """At most one at a time, cluster-wide, for any code: ``stampede.guard`` and :class:`Guard`.
 
-A guard is a :class:`~stampede.lock.mutex.Mutex` that renews itself for as long as it is held (its
+A guard is a :class:`~stampede.Mutex` that renews itself for as long as it is held (its
 ``ttl`` only bounds how long a *crashed* holder blocks the name) and that can say who holds
 it. The optional **holder record** next to the lock keeps the holder's label (a Celery task
 id) and the lock's token, so that a process other than the holder can answer "who runs
@@ -32,7 +32,7 @@ from ..core.keys import GUARD_PREFIX, holder_key, queued_key
 from ..core.wakeup import RELEASED
 from ..io import clients, scripts
 from . import watchdog
-from .mutex import Mutex
+from ._sync.mutex import Mutex
 from .rules import HoldContext
 
 __all__ = [

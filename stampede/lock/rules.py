@@ -225,7 +225,7 @@ def park_time(left: float | None, holder_ttl_ms: int) -> float | None:
     return min(left, until_expiry)
 
 
-# -- Redlock: the quorum rules of stampede.lock.redlock and its asyncio twin --------------------
+# -- Redlock: the quorum rules of both sides' Redlock (lock/_async/redlock.py and its twin) ------
 
 #: Clock drift allowed for between the servers and us: this share of the ttl, plus
 #: CLOCK_DRIFT_FLOOR for the millisecond resolution of Redis's expiry clock (the Redlock docs).

@@ -17,12 +17,14 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from stampede.aio import notify as anotify
 from stampede.core import process
 from stampede.core.near import NearCache
-from stampede.fill.local import group
-from stampede.io import clients, notify, tracking
-from stampede.lock import concurrency, watchdog
+from stampede.fill._sync.local import group
+from stampede.io import clients, tracking
+from stampede.io._async import notify as anotify
+from stampede.io._sync import notify
+from stampede.lock import watchdog
+from stampede.lock._sync import concurrency
 from tests.helpers import wait_until
 
 

@@ -174,7 +174,7 @@ def test_waiters_raise_wait_timeout_and_the_slow_holder_still_stores_its_value(
     assert loader_calls(redis) == 1
     # Nobody gave up early. In the holder's process each caller waits WAIT_TIMEOUT from its own
     # arrival; elsewhere the first caller waits WAIT_TIMEOUT for the fill in Redis and the ones
-    # that joined it later share its answer (fill/local.py's follower rule), so the longest wait
+    # that joined it later share its answer (core/flight.py's follower rule), so the longest wait
     # of each process is the one bounded below (its callers do not all start at once).
     assert min(waits_by_process[holder.pid]) >= wait_timeout - 0.01
     assert all(max(w) >= wait_timeout - 0.01 for w in waits_by_process.values())

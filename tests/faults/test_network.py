@@ -11,7 +11,7 @@ proxy (``tests/faults/proxy.py``), with the socket timeouts set in the backing c
 Without them redis-py 8 waits 5 s for a reply (its default); the library's pub/sub listener
 reads without one (it blocks until a message comes), bounds its connect and handshake by the
 pool's timeouts and by its caller's time left, and each subscription's confirmation by that
-time (``stampede.io.notify.ACK_TIMEOUT`` when the caller gives none).
+time (``stampede.io._sync.notify.ACK_TIMEOUT`` when the caller gives none).
 
 Loader calls are counted in Redis over a direct connection (``server.url``), so the fault never
 touches the count. Herds are real processes (spawn), each with several threads.

@@ -23,7 +23,7 @@ from django.core.cache import caches
 
 from stampede.core import events
 from stampede.core.keys import lock_key
-from stampede.io.notify import notifier_for
+from stampede.io._sync.notify import notifier_for
 from stampede.io.scripts import ACQUIRE_READ, COMMIT
 from tests.django import workers
 from tests.faults.redis_workers import Herd, default_caches, pooled_caches

@@ -8,7 +8,7 @@ import time
 import pytest
 import redis as redis_py
 
-from stampede.io.notify import Notifier
+from stampede.io._sync.notify import Notifier
 from stampede.testing import RedisServer, free_port
 from tests.helpers import command_calls, numsub, wait_until
 from tests.redis.support import listener_reconnects_into_a_frozen_server, password_clients

@@ -24,10 +24,10 @@ from redis import asyncio as aioredis
 from redis.connection import AbstractConnection
 
 from stampede.aio import Mutex as AsyncMutex
-from stampede.aio.notify import Notifier as AsyncNotifier
 from stampede.io import reconnect
-from stampede.io.notify import Notifier
-from stampede.lock.mutex import Mutex
+from stampede.io._async.notify import Notifier as AsyncNotifier
+from stampede.io._sync.notify import Notifier
+from stampede.lock._sync.mutex import Mutex
 from stampede.testing import RedisServer
 from tests.faults.proxy import Proxy
 from tests.helpers import command_calls, stop_server, wait_until

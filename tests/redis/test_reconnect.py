@@ -31,11 +31,11 @@ from redis import asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from stampede.aio.notify import Notifier as AsyncNotifier
-from stampede.aio.notify import ShardedNotifiers as AsyncShardedNotifiers
 from stampede.core.near import NearCache
+from stampede.io._async.notify import Notifier as AsyncNotifier
+from stampede.io._async.notify import ShardedNotifiers as AsyncShardedNotifiers
+from stampede.io._sync.notify import Notifier
 from stampede.io.cluster import ShardedNotifiers
-from stampede.io.notify import Notifier
 from stampede.io.tracking import Tracker
 from stampede.testing import RedisServer, find_redis_server, free_port, server_version
 from tests.faults.proxy import Proxy
@@ -103,7 +103,7 @@ def test_listener_backs_off_from_a_server_that_drops_every_confirmed_subscriptio
 def test_async_listener_backs_off_from_a_server_that_drops_every_confirmed_subscription(
     proxy, redis, caplog
 ):
-    caplog.set_level(logging.DEBUG, "stampede.aio.notify")
+    caplog.set_level(logging.DEBUG, "stampede.io._async.notify")
 
     async def scenario() -> tuple[int, int]:
         client = aioredis.Redis.from_url(proxy.url)
@@ -116,11 +116,11 @@ def test_async_listener_backs_off_from_a_server_that_drops_every_confirmed_subsc
             while proxy.cuts < 3:  # the listener failing again and again
                 await asyncio.sleep(0.01)
             # The window measured runs while the listener's task runs on this loop.
-            accepted, lines = proxy.accepted, len(warnings_of(caplog, "stampede.aio.notify"))
+            accepted, lines = proxy.accepted, len(warnings_of(caplog, "stampede.io._async.notify"))
             await asyncio.sleep(FAILING_FOR)
             measured = (
                 proxy.accepted - accepted,
-                len(warnings_of(caplog, "stampede.aio.notify")) - lines,
+                len(warnings_of(caplog, "stampede.io._async.notify")) - lines,
             )
             proxy.close_after = None
             deadline = time.monotonic() + RECOVERY
@@ -249,7 +249,7 @@ def test_async_cluster_router_backs_off_from_a_node_that_resets_every_connection
     proxied_cluster, caplog
 ):
     server, proxy = proxied_cluster
-    caplog.set_level(logging.DEBUG, "stampede.aio.notify")
+    caplog.set_level(logging.DEBUG, "stampede.io._async.notify")
 
     async def scenario() -> tuple[int, int]:
         cluster = AsyncRedisCluster.from_url(proxy.url)
@@ -259,11 +259,11 @@ def test_async_cluster_router_backs_off_from_a_node_that_resets_every_connection
             proxy.new_connections = "refuse"
             proxy.cut_all()
             subscribing = asyncio.ensure_future(router.subscribe("{x}:done", timeout=RECOVERY * 2))
-            accepted, lines = proxy.accepted, len(warnings_of(caplog, "stampede.aio.notify"))
+            accepted, lines = proxy.accepted, len(warnings_of(caplog, "stampede.io._async.notify"))
             await asyncio.sleep(FAILING_FOR)  # the window measured
             measured = (
                 proxy.accepted - accepted,
-                len(warnings_of(caplog, "stampede.aio.notify")) - lines,
+                len(warnings_of(caplog, "stampede.io._async.notify")) - lines,
             )
             assert not subscribing.done()
             proxy.new_connections = "forward"

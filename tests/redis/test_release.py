@@ -5,7 +5,8 @@ from __future__ import annotations
 import redis as redis_py
 
 from stampede.core.near import NearCache
-from stampede.io import clients, notify, tracking
+from stampede.io import clients, tracking
+from stampede.io._sync import notify
 from stampede.testing import RedisServer
 from tests.helpers import wait_until
 

@@ -24,11 +24,11 @@ from stampede.core.keys import CacheKey, done_channel, lock_key
 from stampede.core.missing import MISSING
 from stampede.core.verdict import value_of
 from stampede.core.wakeup import WAKEUP_VALUE_LIMIT, WakeUp, failure_message, parse_wakeup
+from stampede.fill._sync.store import RedisStore
 from stampede.fill.fenced import FencedStore
-from stampede.fill.store import RedisStore
 from stampede.io import scripts
+from stampede.lock._sync.mutex import Mutex
 from stampede.lock.guard import Guard
-from stampede.lock.mutex import Mutex
 
 KEY = CacheKey.of("report")
 BIG = "x" * (WAKEUP_VALUE_LIMIT + 1)

@@ -12,7 +12,7 @@ from django.core.cache import caches
 from stampede.core.keys import CacheKey
 from stampede.core.wakeup import FILLED
 from stampede.fill.fenced import FencedStore
-from stampede.lock.redlock import Redlock
+from stampede.lock._sync.redlock import Redlock
 from tests.django import workers
 from tests.helpers import run_concurrently, wait_until
 from tests.scaleout import fenced_workers

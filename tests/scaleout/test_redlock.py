@@ -23,9 +23,9 @@ import redis.asyncio
 
 from stampede import LockLost, LockTimeout, Redlock
 from stampede.aio import Redlock as AsyncRedlock
-from stampede.aio import redlock as async_module
 from stampede.core.keys import done_channel, fence_key, lock_key
-from stampede.lock import redlock as sync_module
+from stampede.lock._async import redlock as async_module
+from stampede.lock._sync import redlock as sync_module
 from tests.helpers import numsub, run_concurrently, wait_until
 from tests.scaleout import redlock_workers
 from tests.scaleout.conftest import unreachable_url
@@ -395,7 +395,7 @@ def test_a_late_answered_release_counts_a_server_a_woken_contender_took_as_relea
     lock = Redlock(quorum.clients, "late-release", ttl=30, server_timeout=1.0)
     assert lock.acquire()
     token = lock.token.encode()
-    logger_name = "stampede.lock.redlock"
+    logger_name = "stampede.lock._sync.redlock"
     with contender_woken_by_a_late_release(quorum, logger_name, "late-release", token) as other:
         assert lock.release() is True
     assert lock.lost is False
@@ -414,7 +414,7 @@ def test_async_a_late_answered_release_counts_a_server_a_woken_contender_took_as
             lock = AsyncRedlock(clients, "aio-late-release", ttl=30, server_timeout=1.0)
             assert await lock.acquire()
             token = lock.token.encode()
-            logger_name = "stampede.aio.redlock"
+            logger_name = "stampede.lock._async.redlock"
             with contender_woken_by_a_late_release(
                 quorum, logger_name, "aio-late-release", token
             ) as other:
@@ -432,7 +432,7 @@ def test_auto_renew_tries_again_while_valid_when_a_majority_misses_a_round(quoru
     lock = Redlock(
         quorum.clients, "renewal-retried", ttl=6.0, auto_renew=True, on_lost=calls.append
     )
-    with heard("stampede.lock.redlock", MISSED_ROUND) as missed:
+    with heard("stampede.lock._sync.redlock", MISSED_ROUND) as missed:
         assert lock.acquire()
         token = lock.token.encode()
         quorum.freeze(0, 1, 2)
@@ -455,7 +455,7 @@ def test_auto_renew_gives_up_only_when_the_validity_runs_out(quorum):
         lost.set()
 
     lock = Redlock(quorum.clients, "renewal-gave-up", ttl=3.0, auto_renew=True, on_lost=on_lost)
-    with heard("stampede.lock.redlock", MISSED_ROUND) as missed:
+    with heard("stampede.lock._sync.redlock", MISSED_ROUND) as missed:
         assert lock.acquire()
         quorum.freeze(0, 1, 2)
         assert missed.wait(SLACK), "no renewal round was missed"
@@ -477,7 +477,7 @@ def test_async_auto_renew_tries_again_while_valid_when_a_majority_misses_a_round
             lock = AsyncRedlock(
                 clients, "aio-renewal-retried", ttl=6, auto_renew=True, on_lost=calls.append
             )
-            with heard("stampede.aio.redlock", MISSED_ROUND) as missed:
+            with heard("stampede.lock._async.redlock", MISSED_ROUND) as missed:
                 assert await lock.acquire()
                 token = lock.token.encode()
                 quorum.freeze(0, 1, 2)

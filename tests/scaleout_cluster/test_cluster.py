@@ -238,7 +238,7 @@ def test_a_waiter_is_woken_by_the_holders_commit_through_the_cluster(cluster, cl
 
 
 def test_the_subscription_is_made_on_the_node_that_owns_the_slot(cluster, cluster_url, pubsub):
-    from stampede.io.notify import notifier_for
+    from stampede.io._sync.notify import notifier_for
 
     channel = keys.done_channel("owned")
     subscription = notifier_for(cluster).subscribe(channel, timeout=10)

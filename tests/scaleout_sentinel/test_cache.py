@@ -21,7 +21,7 @@ from redis.sentinel import SentinelConnectionPool
 from stampede.core.keys import lock_key
 from stampede.core.wakeup import WAKEUP_VALUE_LIMIT
 from stampede.io import clients, sentinel
-from stampede.io.notify import notifier_for
+from stampede.io._sync.notify import notifier_for
 from tests.django import workers as django_workers
 from tests.django.workers import Background, HeldFill
 from tests.helpers import (

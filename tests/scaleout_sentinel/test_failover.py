@@ -21,7 +21,7 @@ import redis as redis_py
 
 from stampede.core.keys import lock_key
 from stampede.io import clients
-from stampede.lock.mutex import Mutex
+from stampede.lock._sync.mutex import Mutex
 from tests.helpers import SPAWN, wait_until
 from tests.scaleout_sentinel import workers
 

@@ -1,4 +1,5 @@
-"""The layers hold: the core imports no Redis, Django or Celery; the Redis layers no Django.
+"""The layers hold: the core imports no Redis, Django or Celery; the Redis layers no Django, and
+their thread side (``_sync/``) nothing of their asyncio side (``_async/``).
 
 Each import runs in a fresh interpreter, so what one test imported cannot hide what another
 pulls in.
@@ -10,6 +11,15 @@ import subprocess
 import sys
 
 import pytest
+
+#: The asyncio side of every layer, which no sync module may import.
+ASYNCIO_SIDE = (
+    "stampede.aio",
+    "stampede.io._async",
+    "stampede.lock._async",
+    "stampede.fill._async",
+    "stampede.bloom._async",
+)
 
 FORBIDDEN = {
     # The protocol, the record, options, names and the port: pure.
@@ -32,16 +42,20 @@ FORBIDDEN = {
     "stampede.core.near": ("redis", "django", "celery"),
     "stampede.core.lockspec": ("redis", "django", "celery"),
     "stampede.core.wakeup": ("redis", "django", "celery"),
-    # The Redis I/O, the lock and the filler: redis, never Django or Celery.
+    # The Redis I/O, the lock and the filler: redis, never Django or Celery; and the thread
+    # side (_sync/) never the asyncio side (_async/, and the stampede.aio face over it).
     "stampede": ("redis", "django", "celery"),
-    "stampede.fill.filler": ("django", "celery"),
-    "stampede.fill.store": ("django", "celery"),
-    "stampede.fill.near": ("django", "celery"),
-    "stampede.fill.fenced": ("django", "celery"),
-    "stampede.io.tracking": ("django", "celery"),
-    "stampede.lock.mutex": ("django", "celery"),
-    "stampede.lock.guard": ("django", "celery"),
-    "stampede.bloom": ("django", "celery"),
+    "stampede.fill._sync.filler": ("django", "celery", *ASYNCIO_SIDE),
+    "stampede.fill._sync.store": ("django", "celery", *ASYNCIO_SIDE),
+    "stampede.fill._sync.backend_store": ("django", "celery", *ASYNCIO_SIDE),
+    "stampede.fill.near": ("django", "celery", *ASYNCIO_SIDE),
+    "stampede.fill.fenced": ("django", "celery", *ASYNCIO_SIDE),
+    "stampede.io.tracking": ("django", "celery", *ASYNCIO_SIDE),
+    "stampede.io._sync.notify": ("django", "celery", *ASYNCIO_SIDE),
+    "stampede.lock._sync.mutex": ("django", "celery", *ASYNCIO_SIDE),
+    "stampede.lock._sync.redlock": ("django", "celery", *ASYNCIO_SIDE),
+    "stampede.lock.guard": ("django", "celery", *ASYNCIO_SIDE),
+    "stampede.bloom": ("django", "celery", *ASYNCIO_SIDE),
     "stampede.contrib.zookeeper": ("redis", "django", "celery"),
     "stampede.aio": ("django", "celery"),
     # The Celery adapter reaches Django only through stampede.django_internals, and only when

@@ -1,20 +1,24 @@
 """The hand-written asyncio twins keep the sync modules' public shape: same names, parameters.
 
 Drift between twins is caught here rather than left to discipline. Modules generated from their
-asyncio source by ``.ci/unasync.py`` cannot drift, and are not listed (``test_unasync.py``).
+asyncio source by ``.ci/unasync.py`` cannot drift, and are not listed (``test_unasync.py``); the
+modules written twice (its ``WRITTEN_TWICE``) are compared name for name, since a generated
+module calls them the same way on both sides.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 
 import pytest
 
-from stampede.aio import driver as aio_driver
-from stampede.aio import local as aio_local
-from stampede.aio import notify as aio_notify
-from stampede.fill import local
-from stampede.io import notify
+from stampede.fill._async import driver as aio_driver
+from stampede.fill._async import local as aio_local
+from stampede.fill._sync import local
+from stampede.io._async import notify as aio_notify
+from stampede.io._sync import notify
+from tests.helpers import load_unasync
 
 TWINS = [
     (notify.Notifier, aio_notify.Notifier),
@@ -90,3 +94,45 @@ def test_twins_point_to_their_sync_counterpart():
         assert (twin.__doc__ or "").startswith("Async twin of"), twin
     for _, twin in FUNCTION_TWINS:
         assert (twin.__doc__ or "").startswith("Async twin of"), twin
+
+
+#: Names only the asyncio side of a module written twice has, by design: a loop's flight groups
+#: are found per running loop (``LoopFlights``).
+ASYNCIO_ONLY_NAMES = {"LoopFlights"}
+
+
+def _written_twice() -> list[tuple[str, str]]:
+    return [
+        (layer, name.removesuffix(".py"))
+        for layer, names in load_unasync().WRITTEN_TWICE.items()
+        for name in names
+    ]
+
+
+def _defined(module: object) -> dict[str, object]:
+    """Return the public functions and classes ``module`` itself defines."""
+    return {
+        name: value
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and (inspect.isfunction(value) or inspect.isclass(value))
+        and value.__module__ == module.__name__  # type: ignore[attr-defined]
+    }
+
+
+@pytest.mark.parametrize(
+    ("layer", "name"), _written_twice(), ids=[f"{layer}/{name}" for layer, name in _written_twice()]
+)
+def test_each_side_of_a_module_written_twice_has_the_others_names_and_parameters(layer, name):
+    asyncio_side = importlib.import_module(f"stampede.{layer}._async.{name}")
+    thread_side = importlib.import_module(f"stampede.{layer}._sync.{name}")
+    for one, other in ((asyncio_side, thread_side), (thread_side, asyncio_side)):
+        for attribute, value in _defined(one).items():
+            if attribute in ASYNCIO_ONLY_NAMES:
+                continue
+            assert hasattr(other, attribute), f"{other.__name__} lacks {attribute}"
+            twin = getattr(other, attribute)
+            if inspect.isfunction(value):
+                assert _parameters(inspect.signature(twin)) == _parameters(
+                    inspect.signature(value)
+                ), attribute

@@ -1,0 +1,155 @@
+"""The driver of the fill protocol: performs ``flight``'s steps with a store.
+
+Rule: decisions live in ``core/flight.py``; this module only does I/O and waiting.
+Rule: the store's I/O errors (``STORE_ERRORS``) are caught at the edge (``drive``) and handed to
+``core/outage.py``, which makes them ``StoreUnavailable`` for the protocol (it applies
+``on_redis_error``); a loader's exception goes back unchanged, even a ``RedisError`` from the
+loader's own data source.
+Rule: whatever happens, a flight leaves no lock and no subscription behind (``FlightIO.close``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from ...core import events, flight
+from ...core.keys import CacheKey
+from ...core.outage import thrown_back
+from ...core.port import AsyncFillLock, AsyncStore
+from .flights import call_loader, start_background
+
+logger = logging.getLogger(__name__)
+
+#: Errors of a store's own I/O: what ``on_redis_error`` is about (see ``outage.thrown_back``).
+STORE_ERRORS = (RedisError,)
+
+
+def nobody(value: Any) -> None:
+    """Serve no one: a flight without coalesced callers (a background refresh, a follower's
+    own load)."""
+
+
+class FlightIO:
+    """Performs the steps of one flight of one key: its lock, its subscription, its loader."""
+
+    def __init__(
+        self,
+        store: AsyncStore,
+        key: CacheKey,
+        loader: Callable[[], Any],
+        lock_ttl: float,
+        serve: Callable[[Any], None],
+        loading: Callable[[bool], None] = nobody,
+    ) -> None:
+        self.store = store
+        self.key = key
+        self.loader = loader
+        self.lock_ttl = lock_ttl
+        self.serve = serve
+        self.loading = loading  # told of each Load step: under the lock or not
+        self._lock: AsyncFillLock | None = None  # made on the first lock step: a hit needs none
+
+    @property
+    def lock(self) -> AsyncFillLock:
+        if self._lock is None:
+            self._lock = self.store.lock(self.key, self.lock_ttl)
+        return self._lock
+
+    async def perform(self, step: flight.Step) -> Any:
+        if isinstance(step, flight.Read):
+            return await self.store.read(self.key)
+        if isinstance(step, flight.TryLock):
+            return await self.lock.attempt()
+        if isinstance(step, flight.Subscribe):
+            return await self.lock.subscribe(step.seconds)
+        if isinstance(step, flight.Peek):
+            return await self.lock.peek()
+        if isinstance(step, flight.Wait):
+            started = time.monotonic()
+            wake = await self.lock.wait(step.seconds)
+            events.emit("waited", key=self.key.full, duration=time.monotonic() - started)
+            return wake
+        if isinstance(step, flight.Load):
+            return await self._load(step)
+        if isinstance(step, flight.Commit):
+            return await self.lock.commit(step.outcome, step.record, step.ttl)
+        if isinstance(step, flight.Serve):
+            return self.serve(step.value)
+        if isinstance(step, flight.Note):
+            return events.emit(step.event, key=self.key.full, duration=step.duration)
+        if isinstance(step, flight.Background):
+            return self._hand_over(step.refresh)
+        raise TypeError(f"unknown protocol step {step!r}")
+
+    async def _load(self, step: flight.Load) -> Any:
+        self.loading(step.locked)
+        events.emit("load_started", key=self.key.full, locked=step.locked)
+        started = time.monotonic()
+        error: BaseException | None = None
+        try:
+            return await call_loader(self.loader)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            duration = time.monotonic() - started
+            events.emit("load_finished", key=self.key.full, duration=duration, error=error)
+
+    def _hand_over(self, refresh: flight.Protocol) -> None:
+        """Give the held lock to a background thread (task) that runs ``refresh``."""
+        heir = FlightIO(self.store, self.key, self.loader, self.lock_ttl, nobody)
+        heir._lock = self._lock
+        start_background(_refresh_in_background, refresh, heir)
+        self._lock = None  # only once started: if the start fails, our close() releases it
+
+    async def close(self) -> None:
+        """Release what the flight still holds: after an interrupt, or a step that raised."""
+        if self._lock is not None:
+            await self._lock.close()
+
+
+async def drive(protocol: flight.Protocol, io: FlightIO) -> Any:
+    """Return the protocol's result, performing each step it yields with ``io``."""
+    outcome: Any = None
+    error: BaseException | None = None
+    try:
+        while True:
+            try:
+                step = protocol.throw(error) if error is not None else protocol.send(outcome)
+            except StopIteration as stop:
+                return stop.value
+            outcome, error = None, None
+            try:
+                outcome = await io.perform(step)
+            except STORE_ERRORS as exc:
+                error = thrown_back(step, exc, io.key)
+            except Exception as exc:
+                error = exc
+    finally:
+        protocol.close()
+        await io.close()
+
+
+async def _refresh_in_background(refresh: flight.Protocol, io: FlightIO) -> None:
+    try:
+        await drive(refresh, io)
+    except Exception:
+        logger.exception("stampede: background refresh of %r failed", io.key.full)
+
+
+async def run_protocol(
+    protocol: flight.Protocol,
+    store: AsyncStore,
+    key: CacheKey,
+    loader: Callable[[], Any],
+    lock_ttl: float,
+    serve: Callable[[Any], None] = nobody,
+    loading: Callable[[bool], None] = nobody,
+) -> Any:
+    """Return the result of ``protocol`` for ``key``, driven with ``store`` and ``loader``."""
+    return await drive(protocol, FlightIO(store, key, loader, lock_ttl, serve, loading))

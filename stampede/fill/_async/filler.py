@@ -1,0 +1,185 @@
+"""``Filler``: the stampede-safe get-or-load over one store, with or without Django.
+
+The one core object every entry point uses (``StampedeCache``, ``@cached``, pages, scripts with
+a bare ``redis.Redis``). It owns the rules around the protocol:
+
+- in-process coalescing: one flight per key per process (``local.py``), its result shared.
+  Callers join it *before* reading, so a cold key costs a process one ``GET``, not one per
+  thread;
+- the hit check: the flight's leader reads, and a fresh record (``core/verdict.py``) is returned
+  before any protocol generator, lock, driver or options copy exists (the path most calls take);
+- the follower time-out rule: a caller that waited ``wait_timeout`` on its own process's
+  flight while its leader loaded under the lock gets ``on_timeout``, the same rule
+  (``flight.timed_out``) as a waiter on another process's lock. While the leader waits for
+  another process, or loads without the lock, its followers wait for its answer (it is
+  bounded by ``wait_timeout`` itself; see ``core.flight.follower_wait``);
+- the ``DontCache`` rule: a private result is its loader's caller's alone;
+- the near cache, when there is one (``fill/near.py``): a fresh copy in this process is returned
+  before anything else, even coalescing; the first read of a flight reads through it, and a
+  fill by this process drops its copy at once (the drivers' later reads go to Redis).
+
+Usage without Django::
+
+    store = RedisStore(redis.asyncio.Redis.from_url("redis://127.0.0.1:6379/0"))
+    filler = Filler(store, FillOptions(lock_ttl=10, wait_timeout=5))
+    profile = await filler.get_or_load("profile:42", lambda: load_profile(42), timeout=300)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ...core import flight
+from ...core.clock import SYSTEM_CLOCK, Clock
+from ...core.keys import CacheKey, Name
+from ...core.missing import MISSING
+from ...core.options import FillOptions
+from ...core.outage import guard_unavailable, unavailable
+from ...core.port import AsyncStore, MissGuard
+from ...core.private import unwrap_private
+from ...core.reentry import refuse_reentry
+from ...core.verdict import Verdict, fresh_value, judge, value_of
+from ...exceptions import NotFound
+from ..near import NearReads, filling
+from .driver import STORE_ERRORS, run_protocol
+from .flights import Flights, first_read, flight_group
+
+
+class Filler:
+    """Return values of one store's keys, each loaded by at most one caller cluster-wide.
+
+    Args:
+        store: where records and locks live (``RedisStore``, or the Django adapter's stores).
+        options: the fill options (``FillOptions``); per-call overrides go to ``get_or_load``.
+        clock: time and randomness (tests hold them still).
+        flights: the process's flight group to coalesce in (asyncio: its name, one group per
+            event loop); callers that must coalesce with each other (every thread's backend
+            object of one cache) share one. Default: a group of this filler's own.
+        near: the near cache in front of ``store`` (``NearReads``), if any.
+    """
+
+    def __init__(
+        self,
+        store: AsyncStore,
+        options: FillOptions | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        flights: Flights | None = None,
+        near: NearReads | None = None,
+    ) -> None:
+        self.store = store
+        self.options = FillOptions() if options is None else options
+        self.clock = clock
+        self.flights = flight_group(flights)
+        self.near = near
+        self._first_read = first_read(store, near)
+
+    def __repr__(self) -> str:
+        return f"<aio.Filler {self.store!r}>"
+
+    async def get_or_load(
+        self,
+        key: CacheKey | Name,
+        loader: Callable[[], Any],
+        timeout: float | None = None,
+        *,
+        bloom: MissGuard | None = None,
+        **overrides: Any,
+    ) -> Any:
+        """Return the value of ``key``, calling ``loader()`` on a miss, once cluster-wide.
+
+        ``timeout`` is the value's lifetime in seconds (None: forever). Keyword ``overrides``
+        replace options for this call (``grace=60``, ``wait_timeout=2``, ...). ``bloom``
+        (``stampede.bloom.BloomGuard``) is asked on a miss, before any lock: an item it never
+        saw raises :class:`~stampede.exceptions.NotFound`, and the loader is not called.
+        On asyncio, ``loader`` may be a coroutine function; a plain one runs in a worker thread.
+        """
+        if not callable(loader):
+            raise TypeError(f"loader must be callable; got {loader!r}")
+        key = CacheKey.of(key)
+        refuse_reentry(key.full)
+        options = self.options.replace(**overrides) if overrides else self.options
+        near = self.near
+        if near is not None:
+            copied = near.fresh(key.full, options, self.clock)
+            if copied is not MISSING:
+                return unwrap_private(copied)
+        # unasync: async only
+        # On an event loop a hit is read before coalescing: the reads of one turn of the loop
+        # go out as one command (``io/_async/batch.py``), so a cold key still costs the process one
+        # read per turn, and a hit costs less than joining a flight (futures, a timer).
+        early = await self._fresh_value(key, options)
+        if early is not MISSING:
+            return unwrap_private(early)
+        # unasync: end
+        own = False  # True once this caller's own loader made the value (see DontCache)
+
+        async def lead(serve: Callable[[Any], None], marking: Callable[[bool], None]) -> Any:
+            # Coalesced before the first read: on a cold key, every thread of the process
+            # reading for itself would be the herd again, in GETs. A hit costs the group a
+            # dict entry under its lock, and builds no generator, lock or driver.
+            nonlocal own
+            own = True
+            clock = self.clock
+            try:
+                seen = await self._first_read(key)
+            except STORE_ERRORS as exc:
+                seen = unavailable(exc, key, "Read")
+                verdict = None
+            else:
+                verdict = judge(seen, clock.wall(), options, clock.random())
+                if verdict is Verdict.FRESH:
+                    return value_of(seen)
+                if bloom is not None and verdict is Verdict.ABSENT:
+                    await refuse_unknown(bloom, key)
+            protocol = flight.fill(key.full, timeout, options, clock, seen, verdict)
+            with filling(key, near):
+                return await run_protocol(
+                    protocol, self.store, key, loader, options.lock_ttl, serve, marking
+                )
+
+        async def on_follow_timeout(waited: float) -> Any:
+            nonlocal own
+            own = True
+            protocol = flight.timed_out(key.full, waited, options)
+            with filling(key, near):
+                return await run_protocol(protocol, self.store, key, loader, options.lock_ttl)
+
+        value = await self.flights.run(key.full, lead, options.wait_timeout, on_follow_timeout)
+        if flight.needs_own_load(value, own):
+            with filling(key, near):
+                value = await run_protocol(
+                    flight.load_own(), self.store, key, loader, options.lock_ttl
+                )
+        return unwrap_private(value)
+
+    # unasync: async only
+    async def _fresh_value(self, key: CacheKey, options: FillOptions) -> Any:
+        """Return the value of ``key`` if a read finds it fresh, else ``MISSING``: anything
+        else (stale, absent, early refresh, a store error) is the flight's to handle."""
+        try:
+            seen = await self._first_read(key)
+        except STORE_ERRORS:
+            return MISSING
+        return fresh_value(seen, options, self.clock)
+
+    # unasync: end
+
+    async def invalidate(self, *keys: CacheKey | Name) -> None:
+        """Void fills of ``keys`` in progress (their values must not be stored) and wake their
+        waiters to load afresh. Deleting the values themselves is the caller's business."""
+        named = [CacheKey.of(key) for key in keys]
+        if self.near is not None:
+            self.near.forget([key.full for key in named])
+        await self.store.invalidate(named)
+
+
+async def refuse_unknown(bloom: MissGuard, key: CacheKey) -> None:
+    """Raise ``NotFound`` if ``bloom`` never saw its item: the penetration guard's answer."""
+    try:
+        admitted = await bloom.aadmits()
+    except STORE_ERRORS as exc:
+        admitted = guard_unavailable(exc, key)
+    if not admitted:
+        raise NotFound(key.key, bloom.item)

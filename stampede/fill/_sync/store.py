@@ -1,0 +1,242 @@
+# Generated from stampede/fill/_async/store.py by .ci/unasync.py: do not edit by hand.
+# Edit the source, then run `python .ci/unasync.py` to write this file again.
+"""The store port over one Redis: records, locks and wake-ups of a cache in the same server.
+
+Rule: the write belongs to the lock. The token check, the write, the release and the publish
+are one Lua call (``COMMIT``), so a holder that lost its lock while loading never writes.
+
+Rule: the value stays plain. ``FK`` holds the value as the cache's own serializer writes it, and
+the fill's bookkeeping lives in ``{FK}:meta`` (``core/meta.py``); a hit reads both with one
+``MGET`` (one round trip, one slot).
+
+Rule: fused where Redis allows. Acquiring also reads the key (the winner knows at once whether
+the previous holder just filled it); a small record travels inside the wake-up message, so
+waiting processes answer without a ``GET``. The calls themselves live in ``store_calls.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import secrets
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from ...core import meta, store_calls
+from ...core.flight import LockAttempt
+from ...core.keys import CacheKey, colocated, done_channel, lock_key, meta_key, refuse_scattered
+from ...core.missing import MISSING
+from ...core.port import Dumps, Loads
+from ...core.wakeup import TIMED_OUT, WakeUp, parse_wakeup
+from ...io import clients, scripts
+from ...io._sync.notify import Subscription, notifier_for
+from ...lock._sync.concurrency import Renewal, schedule_renewal
+from .concurrency import fast_mget, near_reader
+
+logger = logging.getLogger(__name__)
+
+
+class RedisStore:
+    """Records of one cache in Redis, values serialized by ``dumps``/``loads``; locks beside them.
+
+    ``dumps``/``loads`` are the cache's own serializer of values (the wrapped Django cache's),
+    so what a fill writes is what that cache's ``set`` writes. ``client`` is a long-lived
+    redis-py client (``redis.Redis``, a Sentinel master, ...); use one per process (per
+    event loop for asyncio) and server (``stampede.io.clients``), never one per call.
+    """
+
+    def __init__(self, client: Any, *, dumps: Dumps = pickle.dumps, loads: Loads = pickle.loads):
+        self.client = client
+        self.dumps = dumps
+        self.loads = loads
+        self._mget = fast_mget(client)
+        self._near_reads = near_reader(client, self._pipelined_near_reads)
+        self._cluster = clients.is_cluster(client)
+
+    def __repr__(self) -> str:
+        return f"<RedisStore {self.client!r}>"
+
+    def encode(self, record: Any) -> tuple[bytes | None, bytes | None]:
+        """Return (the value's bytes, its meta) that store ``record`` (see ``core/meta.py``)."""
+        return meta.encode(record, self.dumps)
+
+    def read(self, key: CacheKey) -> Any:
+        full = key.full
+        if self._cluster and not colocated(full):
+            raw = self.client.get(full)  # its meta cannot be beside it: never written
+            return MISSING if raw is None else self.loads(raw)
+        raw, meta_bytes = self._mget(full, meta_key(full))
+        return meta.decode(raw, meta_bytes, self.loads)
+
+    def decode_copy(self, copy: tuple[bytes, bytes | None]) -> Any:
+        """Return the record of a near cache's copy (see :meth:`read_near`)."""
+        return meta.decode(copy[0], copy[1], self.loads)
+
+    def read_near(self, full: Any) -> tuple[tuple[bytes, bytes | None] | None, int]:
+        """Return what a near cache keeps of ``full``: (its bytes, its meta), None if absent,
+        and its ``PTTL`` in ms (-1: no expiry), in one round trip."""
+        replies = self.read_many_near([full])
+        return replies[0]
+
+    def read_many_near(self, fulls: Sequence[Any]) -> list[tuple[Any, int]]:
+        """:meth:`read_near` of each of ``fulls``, in one round trip."""
+        return store_calls.near_replies(self._near_reads(fulls))
+
+    def _pipelined_near_reads(self, fulls: Sequence[Any]) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for full in fulls:  # no MGET across keys: on a cluster they may live on several nodes
+            pipe.get(full).get(meta_key(full)).pttl(full)
+        return list(pipe.execute())
+
+    def lock(self, key: CacheKey, ttl: float) -> RedisFillLock:
+        if self._cluster:
+            refuse_scattered(key.full)
+        return RedisFillLock(self, key, ttl)
+
+    def invalidate(self, keys: Sequence[CacheKey]) -> None:
+        scripts.run_many(
+            self.client, scripts.INVALIDATE, [store_calls.invalidate(key) for key in keys]
+        )
+
+    def drop_meta(self, keys: Sequence[CacheKey]) -> None:
+        """Delete the fills' meta of ``keys``: their values' lives were changed (``touch``,
+        ``expire``, ``persist``) and now follow their own TTL, as plain values."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:  # one DEL each: on a cluster the keys may live on several nodes
+            pipe.delete(meta_key(key.full))
+        pipe.execute()
+
+
+class WakeUps:
+    """A flight's confirmed subscription to its key's wake-ups, on the lock client's listener."""
+
+    __slots__ = ("_client", "_key", "_loads", "_subscription")
+
+    def __init__(self, client: Any, key: CacheKey, loads: Loads) -> None:
+        self._client = client
+        self._key = key
+        self._loads = loads
+        self._subscription: Subscription | None = None
+
+    def subscribe(self, timeout: float | None = None) -> None:
+        """Subscribe (confirmed); ``timeout`` is the time the waiter has left (None: the
+        notifier's own bound), so a silent Redis costs it no more than that."""
+        notifier = notifier_for(self._client)
+        self._subscription = notifier.subscribe(done_channel(self._key.full), timeout=timeout)
+
+    def wait(self, seconds: float) -> WakeUp:
+        assert self._subscription is not None, "subscribe() before wait()"
+        if not self._subscription.wait(seconds):
+            return TIMED_OUT
+        return parse_wakeup(self._subscription.message, self._loads)
+
+    def close(self) -> None:
+        if self._subscription is not None:
+            self._subscription.close()
+            self._subscription = None
+
+
+class WaitingLock:
+    """What a store's fill locks do alike while their flight waits for another holder: read
+    how long that holder has left (the key's lock PTTL), subscribe to the key's wake-ups and
+    wait for one. A subclass sets ``_store``, ``_key`` and ``_wakeups``."""
+
+    __slots__ = ()
+
+    _store: Any
+    _key: CacheKey
+    _wakeups: WakeUps
+
+    def peek(self) -> float | None:
+        return store_calls.holder_ttl_of_pttl(self._store.client.pttl(lock_key(self._key.full)))
+
+    def subscribe(self, timeout: float | None = None) -> None:
+        self._wakeups.subscribe(timeout)
+
+    def wait(self, seconds: float) -> WakeUp:
+        return self._wakeups.wait(seconds)
+
+
+class RedisFillLock(WaitingLock):
+    """One flight's lock on one key in a ``RedisStore`` (see ``stampede.core.port.FillLock``).
+
+    While held, it is extended every ``ttl / 3`` (``concurrency.schedule_renewal``), so a slow
+    loader keeps it; after a refused extension the commit (token checked in Redis) writes nothing.
+    """
+
+    __slots__ = ("_key", "_renewal", "_store", "_token", "_ttl", "_wakeups")
+
+    def __init__(self, store: RedisStore, key: CacheKey, ttl: float) -> None:
+        self._store = store
+        self._key = key
+        self._ttl = ttl
+        self._token: str | None = None
+        self._renewal: Renewal | None = None
+        self._wakeups = WakeUps(store.client, key, meta.carried_loads(store.loads))
+
+    def attempt(self) -> LockAttempt:
+        # The token is ours before the call: a reply lost after Redis ran SET NX (a timeout,
+        # an interrupt) must still be released by close(), not left to its TTL.
+        token = self._token = secrets.token_hex(16)
+        call = store_calls.acquire(self._key, token, self._ttl)
+        reply = scripts.run(self._store.client, scripts.ACQUIRE_READ, *call)
+        lost = store_calls.lost_attempt(reply)
+        if lost is not None:
+            self._token = None
+            return lost
+        self._renewal = schedule_renewal(self._renew, self._ttl / 3)
+        return store_calls.won_attempt(reply, self._store.loads)
+
+    def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
+        token = self._token
+        if token is None:
+            return False
+        # Serialized while the lock is still ours: a value that does not pickle raises here,
+        # and close() then releases the lock (and wakes the waiters) instead of its TTL.
+        stored = None if record is MISSING else self._store.encode(record)
+        call = store_calls.commit(self._key, token, outcome, stored, ttl)
+        self._stop_renewal()
+        committed = bool(scripts.run(self._store.client, scripts.COMMIT, *call))
+        self._token = None  # only now: if the call failed or was cancelled, close() releases
+        return committed
+
+    def close(self) -> None:
+        self._wakeups.close()
+        token = self._release_locally()
+        if token is None:
+            return
+        try:
+            scripts.run(self._store.client, scripts.RELEASE, *store_calls.release(self._key, token))
+        except RedisError as exc:
+            logger.warning(
+                "stampede: releasing %r failed (%s); it expires by its TTL", self._key.full, exc
+            )
+
+    def _release_locally(self) -> str | None:
+        token, self._token = self._token, None
+        self._stop_renewal()
+        return token
+
+    def _stop_renewal(self) -> None:
+        if self._renewal is not None:
+            self._renewal.cancel()
+            self._renewal = None
+
+    def _renew(self) -> bool:
+        """Renewal: extend while held; stop at the commit or the first refusal."""
+        token = self._token
+        if token is None:
+            return False
+        try:
+            extended = scripts.run(
+                self._store.client, scripts.EXTEND, *store_calls.extend(self._key, token, self._ttl)
+            )
+        except RedisError as exc:
+            # Redis may be back before the TTL runs out; if not, the next one is refused.
+            logger.warning("stampede: renewing the lock of %r failed: %s", self._key.full, exc)
+            return True
+        if not extended and self._token == token:
+            logger.warning("stampede: the lock of %r was lost while loading", self._key.full)
+        return bool(extended)

@@ -1,0 +1,161 @@
+"""Reads that concurrent tasks ask for in one turn of the event loop, sent as one command.
+
+redis-py's asyncio client sends one command per call on a connection of its own: 200 tasks
+reading a hot key cost 200 round trips, 200 pooled connections and 200 parses of a reply,
+and the client's Python, not Redis, is then what limits a worker. Here every ``GET`` asked in
+one turn of the loop goes out as one ``MGET`` of the distinct keys (every ``EXISTS`` as one
+script call, every near cache's read of a key as one pipeline), sent at the end of that turn;
+each caller gets the reply to its own key.
+
+Rule: a read joins only a batch not yet sent. Every key of a batch is read after each of its
+callers asked, so a caller sees every write that completed before it asked, exactly as with a
+``GET`` of its own (read-your-writes holds; nothing is shared from a read already in flight).
+Rule: each caller decodes its own copy of the bytes (a value is never one object shared by two
+callers: one may change what it got).
+Rule: an error of the batch's command is every caller's error, raised where it awaits; a
+cancelled caller leaves the batch to the others.
+Rule: not for Redis Cluster clients, whose keys of one batch may live in several slots: the
+caller reads on its own there (``batches``; ``reads_of`` answers either way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from ...core.keys import meta_key
+from .. import clients, scripts
+from .loops import loop_state
+
+#: Per key of a batch, the futures of the callers that asked for it.
+_Waiting = dict[Any, list["asyncio.Future[Any]"]]
+
+
+class ReadBatch:
+    """The reads of one event loop's tasks on one client, gathered per turn of the loop."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self._gets: _Waiting = {}
+        self._exists: _Waiting = {}
+        self._near: _Waiting = {}
+        self._scheduled = False
+        self._sending: set[asyncio.Task[None]] = set()  # strong references while in flight
+
+    def get(self, key: Any) -> asyncio.Future[Any]:
+        """Return a future of ``GET key`` (the raw bytes, or None), sent with this turn's."""
+        return self._join(self._gets, key)
+
+    async def get_many(self, keys: Sequence[Any]) -> list[Any]:
+        """Return the raw values of ``keys`` (None where absent), as ``MGET`` would."""
+        asked = [self._join(self._gets, key) for key in keys]
+        return [await future for future in asked]
+
+    def exists(self, key: Any) -> asyncio.Future[Any]:
+        """Return a future of ``EXISTS key`` (1 or 0), sent with this turn's."""
+        return self._join(self._exists, key)
+
+    def near(self, key: Any) -> asyncio.Future[Any]:
+        """Return a future of a near cache's read of ``key``: ``GET``, ``GET`` of its meta and
+        ``PTTL``, as a list of the three replies."""
+        return self._join(self._near, key)
+
+    def _join(self, waiting: _Waiting, key: Any) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        callers = waiting.get(key)
+        if callers is None:
+            waiting[key] = [future]
+        else:
+            callers.append(future)
+        if not self._scheduled:
+            # At the end of this turn: every task already ready to run asks first.
+            self._scheduled = True
+            loop.call_soon(self._send)
+        return future
+
+    def _send(self) -> None:
+        self._scheduled = False
+        gets, self._gets = self._gets, {}
+        exists, self._exists = self._exists, {}
+        near, self._near = self._near, {}
+        loop = asyncio.get_running_loop()
+        if gets:
+            self._start(loop, self._answer(gets, self.client.mget))
+        if exists:
+            self._start(loop, self._answer(exists, self._each_exists))
+        if near:
+            self._start(loop, self._answer(near, self._near_reads))
+
+    async def _each_exists(self, keys: list[Any]) -> Any:
+        return await scripts.arun(self.client, scripts.EACH_EXISTS, keys, ())
+
+    async def _near_reads(self, keys: list[Any]) -> list[list[Any]]:
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.get(key).get(meta_key(key)).pttl(key)
+        replies = await pipe.execute()
+        return [replies[i : i + 3] for i in range(0, len(replies), 3)]
+
+    def _start(self, loop: asyncio.AbstractEventLoop, sending: Any) -> None:
+        task = loop.create_task(sending)
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    @staticmethod
+    async def _answer(waiting: _Waiting, command: Any) -> None:
+        keys = list(waiting)
+        try:
+            replies = await command(keys)
+        except asyncio.CancelledError:
+            for futures in waiting.values():
+                for future in futures:
+                    future.cancel()
+            raise
+        except Exception as error:
+            for futures in waiting.values():
+                for future in futures:
+                    if not future.done():
+                        future.set_exception(error)
+            return
+        for key, reply in zip(keys, replies, strict=True):
+            for future in waiting[key]:
+                if not future.done():
+                    future.set_result(reply)
+
+
+def batches(client: Any) -> bool:
+    """Return True if reads on ``client`` may be gathered (not a Redis Cluster client)."""
+    return not clients.is_cluster(client)
+
+
+def batch_of(client: Any) -> ReadBatch:
+    """Return the running loop's read batch on ``client`` (an asyncio client of this loop)."""
+    kept = loop_state().batches
+    batch = kept.get(client)
+    if batch is None:
+        batch = kept[client] = ReadBatch(client)
+    return batch
+
+
+class DirectReads:
+    """The reads of a :class:`ReadBatch`, each sent on its own (Redis Cluster clients)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    async def get(self, key: Any) -> Any:
+        return await self.client.get(key)
+
+    async def get_many(self, keys: Sequence[Any]) -> list[Any]:
+        return list(await self.client.mget(keys))
+
+    async def exists(self, key: Any) -> Any:
+        return await self.client.exists(key)
+
+
+def reads_of(client: Any) -> ReadBatch | DirectReads:
+    """Return the running loop's reads on ``client``: its read batch where reads may be
+    gathered, else each read sent on its own."""
+    return batch_of(client) if batches(client) else DirectReads(client)
