@@ -29,10 +29,10 @@ def in_sync_thread(loader: Callable[[], Any]) -> Callable[[], Any]:
     asgiref's thread-sensitive ``sync_to_async``: off the event loop (a slow loader stalls no
     other task), and in the thread Django's ORM expects (no ``SynchronousOnlyOperation``).
     """
-    in_thread = sync_to_async(loader, thread_sensitive=True)
 
     async def load() -> Any:
-        return await in_thread()
+        # Wrapped only when called (a miss): asgiref's wrapper costs more to build than a hit.
+        return await sync_to_async(loader, thread_sensitive=True)()
 
     return load
 
