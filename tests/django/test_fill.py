@@ -93,6 +93,19 @@ def test_cold_stampede_of_200_callers_in_4_processes_runs_the_loader_once(redis,
 
 
 @pytest.mark.slow
+def test_cold_asyncio_stampede_of_4_processes_of_200_tasks_runs_the_loader_once(
+    redis, redis_url
+):
+    setting = workers.caches_config(redis_url)
+    results = run_concurrently(
+        workers.aget_or_set_in_tasks, 4, 1, setting, redis_url, KEY, COUNTER, 200, 0.3
+    )
+
+    assert results == [("ok", ["loaded once"] * 200)] * 4
+    assert loader_calls(redis) == 1
+
+
+@pytest.mark.slow
 def test_cold_stampede_waiters_do_not_poll_redis(redis, redis_url):
     processes = 4
     redis.config_resetstat()

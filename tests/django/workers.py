@@ -343,3 +343,36 @@ def rolling_deploy(
                 cache.delete(key)  # the next fill is anyone's: plain or wrapped
         cache.incr("counter")
     return alias, rounds, wrong
+
+
+def aget_or_set_in_tasks(
+    caches_setting: dict, url: str, key: str, counter: str, tasks: int, load_seconds: float
+) -> list[Any]:
+    """Return what ``tasks`` asyncio tasks of this process got from ``cache.aget_or_set``.
+
+    The loader, a coroutine function, counts its call in Redis (across processes) and takes
+    ``load_seconds``: the processes' tasks all arrive while it loads.
+    """
+    import asyncio
+
+    import redis.asyncio
+
+    setup_django(caches_setting)
+
+    async def main() -> list[Any]:
+        client = redis.asyncio.Redis.from_url(url)
+
+        async def load() -> str:
+            await client.incr(counter)
+            await asyncio.sleep(load_seconds)
+            return "loaded once"
+
+        cache = caches["default"]
+        try:
+            return list(
+                await asyncio.gather(*(cache.aget_or_set(key, load, 60) for _ in range(tasks)))
+            )
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main())
