@@ -93,9 +93,7 @@ def test_cold_stampede_of_200_callers_in_4_processes_runs_the_loader_once(redis,
 
 
 @pytest.mark.slow
-def test_cold_asyncio_stampede_of_4_processes_of_200_tasks_runs_the_loader_once(
-    redis, redis_url
-):
+def test_cold_asyncio_stampede_of_4_processes_of_200_tasks_runs_the_loader_once(redis, redis_url):
     setting = workers.caches_config(redis_url)
     results = run_concurrently(
         workers.aget_or_set_in_tasks, 4, 1, setting, redis_url, KEY, COUNTER, 200, 0.3
