@@ -887,13 +887,18 @@ def test_values_live_under_the_wrapped_caches_own_key_names(configure, redis):
     assert sorted(k.decode() for k in redis.keys("app|*")) == ["app|3|plain", "app|4|filled"]
 
 
-def test_a_fill_over_compressing_django_redis_stores_what_its_set_stores(
-    settings, redis_url, redis
-):
+def _compressing_django_redis(settings: Any, redis_url: str) -> tuple[Any, Any]:
+    """Point CACHES at django-redis with its zlib compressor; return (plain, wrapper)."""
     setting = workers.caches_config(redis_url, "django_redis")
     setting["backing"]["OPTIONS"] = {"COMPRESSOR": "django_redis.compressors.zlib.ZlibCompressor"}
     settings.CACHES = setting
-    plain, wrapper = caches["backing"], caches["default"]
+    return caches["backing"], caches["default"]
+
+
+def test_a_fill_over_compressing_django_redis_stores_what_its_set_stores(
+    settings, redis_url, redis
+):
+    plain, wrapper = _compressing_django_redis(settings, redis_url)
     value = {"text": "compressible " * 100}
     wrapper.get_or_set("filled", value, 60)
     plain.set("plain", value, 60)
@@ -1262,10 +1267,7 @@ def test_django_redis_setups_the_loop_cannot_match_keep_their_own_async_calls(
 def test_async_calls_over_compressing_django_redis_store_what_its_set_stores(
     settings, redis_url, redis
 ):
-    setting = workers.caches_config(redis_url, "django_redis")
-    setting["backing"]["OPTIONS"] = {"COMPRESSOR": "django_redis.compressors.zlib.ZlibCompressor"}
-    settings.CACHES = setting
-    plain, wrapper = caches["backing"], caches["default"]
+    plain, wrapper = _compressing_django_redis(settings, redis_url)
     value = {"text": "compressible " * 100}
     plain.set("plain", value, 60)
 
