@@ -20,8 +20,8 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
 from stampede import aio
-from stampede.core.envelope import MISSING
 from stampede.core.keys import CacheKey
+from stampede.core.missing import MISSING
 from stampede.io import clients, scripts
 from tests.helpers import run_concurrently
 from tests.scaleout_cluster import workers
