@@ -81,8 +81,30 @@ def store(settings: CacheSettings, wrapped: Callable[[], Any]) -> Store:
     built = _build_store(wrapped(), settings)
     if isinstance(built, BackendStore):
         return built
+    return _kept(_stores, id(settings), settings, lambda: built)
+
+
+def _kept(
+    kept: dict[Any, tuple[CacheSettings, Any]],
+    key: Any,
+    settings: CacheSettings,
+    build: Callable[[], Any],
+) -> Any:
+    """Return what ``kept`` holds under ``key`` for ``settings`` (that very object), built by
+    ``build()`` the first time.
+
+    Keys hold the settings' id: the entry keeps its settings alive, so the id is never
+    reused while the entry stands, and settings parsed anew (changed) get entries of their own.
+    """
+    found = kept.get(key)
+    if found is not None and found[0] is settings:
+        return found[1]
+    built = build()
     with _stores_lock:
-        return _stores.setdefault(id(settings), (settings, built))[1]
+        found = kept.get(key)
+        if found is None or found[0] is not settings:
+            kept[key] = found = (settings, built)
+    return found[1]
 
 
 def _forget_stores_in_child() -> None:
@@ -90,7 +112,6 @@ def _forget_stores_in_child() -> None:
     global _stores_lock
     _stores.clear()
     _parts.clear()
-    _key_backends.clear()
     _stores_lock = threading.Lock()
 
 
@@ -106,7 +127,7 @@ def _release_stores(matches: Callable[[Any], bool]) -> int:
 process.own(
     "stores of Redis-backed caches",
     forget=_forget_stores_in_child,
-    held=lambda: len(_stores) + len(_parts) + len(_key_backends),
+    held=lambda: len(_stores) + len(_parts),
     release=_release_stores,
 )
 
@@ -155,15 +176,8 @@ def outside_locks(spec: lockspec.LockSpec) -> tuple[Callable[..., Any], tuple[ty
     return zookeeper, (KazooException, KazooTimeoutError)
 
 
-def _per_settings(kept: dict[int, tuple[CacheSettings, Any]], settings: CacheSettings) -> Any:
-    """Return what ``kept`` holds for ``settings`` (the same object), or None."""
-    found = kept.get(id(settings))
-    return found[1] if found is not None and found[0] is settings else None
-
-
 # Per cache settings, the process's object of the wrapped cache that makes its keys, and the
 # parts built over a shared store (near cache, filler): built once, not per backend object.
-_key_backends: dict[int, tuple[CacheSettings, Any]] = {}
 _parts: dict[tuple[str, int], tuple[CacheSettings, Any]] = {}
 
 
@@ -212,21 +226,12 @@ def key_backend(settings: CacheSettings) -> Any:
     Django builds a backend object per thread, and per request under ASGI; naming a key needs
     none of that object's connections, so one object per process serves every call.
     """
-    found = _per_settings(_key_backends, settings)
-    if found is None:
-        found = caches.create_connection(settings.location)
-        _key_backends[id(settings)] = (settings, found)
-    return found
+    return _shared_part("wrapped", settings, lambda: caches.create_connection(settings.location))
 
 
 def _shared_part(name: str, settings: CacheSettings, build: Callable[[], Any]) -> Any:
     """Return the process's ``name`` part for ``settings``, built once by ``build()``."""
-    found = _parts.get((name, id(settings)))
-    if found is not None and found[0] is settings:
-        return found[1]
-    part = build()
-    with _stores_lock:
-        return _parts.setdefault((name, id(settings)), (settings, part))[1]
+    return _kept(_parts, (name, id(settings)), settings, build)
 
 
 def near(settings: CacheSettings, store: Store) -> NearReads | None:
@@ -275,13 +280,8 @@ def async_filler(settings: CacheSettings, store: Store, near: NearReads | None) 
     settings over Redis."""
     if isinstance(store, BackendStore):
         return _async_filler(settings, store, near)
-    kept = loop_state().fillers
-    found = kept.get(id(settings))
-    if found is not None and found[0] is settings:
-        return found[1]
-    built = _async_filler(settings, store, near)
-    kept[id(settings)] = (settings, built)
-    return built
+    fillers = loop_state().fillers
+    return _kept(fillers, id(settings), settings, lambda: _async_filler(settings, store, near))
 
 
 def _async_filler(settings: CacheSettings, store: Store, near: NearReads | None) -> Any:
@@ -309,13 +309,8 @@ def native_calls(settings: CacheSettings, store: Store) -> Any:
     or None where its ``a*`` calls stay its own: a backing other than Django's ``RedisCache``
     or django-redis's (``DefaultClient``) with one server, or a pool with no asyncio twin
     (Sentinel-managed). One per loop and settings."""
-    kept = loop_state().native_calls
-    found = kept.get(id(settings))
-    if found is not None and found[0] is settings:
-        return found[1]
-    calls = _native_calls(settings, store)
-    kept[id(settings)] = (settings, calls)
-    return calls
+    calls = loop_state().native_calls
+    return _kept(calls, id(settings), settings, lambda: _native_calls(settings, store))
 
 
 def _native_calls(settings: CacheSettings, store: Store) -> Any:
