@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction, sync_to_async
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.cache import caches
 from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache
@@ -40,6 +40,8 @@ from .cache_settings import REDIS_URL_SCHEMES, parsed
 from .core import options as conf
 from .core.keys import CacheKey
 from .core.missing import MISSING
+from .core.private import unwrap_private
+from .core.reentry import refuse_reentry
 from .exceptions import NotFound
 from .fill._async import near as async_near
 from .fill._async.filler import Filler as AsyncFiller
@@ -95,10 +97,12 @@ class StampedeCache(BaseCache):
         As Django's ``get_or_set``, but a miss is filled by one caller across every thread,
         process and machine while the others wait for it and read its result.
         """
+        seconds = self._resolve_timeout(timeout)
+        copied = self._near_served(key, version)
+        if copied is not MISSING:
+            return copied
         loader = default if callable(default) else (lambda: default)
-        return self.filler.get_or_load(
-            self._key(key, version), loader, self._resolve_timeout(timeout)
-        )
+        return self.filler.get_or_load(self._key(key, version), loader, seconds)
 
     def get_or_load(
         self,
@@ -137,6 +141,10 @@ class StampedeCache(BaseCache):
         self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
     ) -> Any:
         """Async twin of :meth:`get_or_set`."""
+        self._resolve_timeout(timeout)
+        copied = self._near_served(key, version)
+        if copied is not MISSING:
+            return copied
         if callable(default):
             return await self.aget_or_load(key, default, timeout=timeout, version=version)
 
@@ -181,8 +189,7 @@ class StampedeCache(BaseCache):
             )
             return await sync_to_async(call, thread_sensitive=False)()
         guard = call_args.guard(bloom, key, bloom_item)
-        if not iscoroutinefunction(loader):
-            loader = call_args.in_sync_thread(loader)
+        loader = call_args.as_django_runs_it(loader)
         try:
             return await filler.get_or_load(
                 self._key(key, version),
@@ -193,6 +200,18 @@ class StampedeCache(BaseCache):
             )
         except NotFound as refused:
             return call_args.or_default(refused, guard, default)
+
+    def _near_served(self, key: Any, version: Any) -> Any:
+        """Return the value the filler would serve first, a fresh copy in this process's near
+        cache, or MISSING (no near cache, no fresh copy): a hit needs no fill call built."""
+        near = self.near
+        if near is None:
+            return MISSING
+        named = self._key(key, version)
+        refuse_reentry(named.full)
+        filler = self.filler
+        value = near.fresh(named.full, filler.options, filler.clock)
+        return MISSING if value is MISSING else unwrap_private(value)
 
     def _async_filler(self) -> AsyncFiller | None:
         """Return the running loop's twin of :attr:`filler`, built once per loop.
@@ -325,14 +344,20 @@ class StampedeCache(BaseCache):
         return passthrough.older(self._wrapped.get(*args, **kwargs), args, kwargs)
 
     async def aget(self, *args: Any, **kwargs: Any) -> Any:
-        near, store = self._async_near()
+        near = self.near
         if near is not None and passthrough.only(kwargs, "default", "version"):
             key, default, version = passthrough.get_args(args, kwargs)
-            try:
-                record = await async_near.read(near, store, self._key(key, version))
+            named = self._key(key, version)
+            record = near.hit(named.full)  # a copy is served before any loop state is looked up
+            if record is not MISSING:
                 return passthrough.unwrap(record, default)
-            except RedisError:
-                pass
+            store = stores.async_near_store(self.store)
+            if store is not None:  # None: no asyncio twin (Sentinel), read as without copies
+                try:
+                    record = await async_near.read(near, store, named)
+                    return passthrough.unwrap(record, default)
+                except RedisError:
+                    pass
         read = passthrough.async_method(self, "get", kwargs)
         return passthrough.older(await read(*args, **kwargs), args, kwargs)
 
