@@ -2,6 +2,13 @@
 
 Exits non-zero when an implementation errors out entirely (not one call in any repetition of
 a scenario returned a value), so that CI or ``tox -e bench`` notices a broken adapter.
+
+``--baseline REV`` measures before and after in one run: every chosen stampede row of the
+cold, churn, hit and scale scenarios gets a twin, ``<impl>@<rev>``, whose workers import
+``REV``'s ``stampede/`` (exported to a temporary directory) and which runs beside its row in
+every repetition; the tables show it under its row, a last table sets their figures side by
+side, and the JSON names the commit (``machine.baseline``). A twin that fails is reported as
+any failing row is, but does not make the exit status non-zero: the working tree is measured.
 """
 
 from __future__ import annotations
@@ -22,11 +29,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from . import anchors, charts, measure, plan, report, runner, servers, targets
-from .implementations import ADAPTERS, in_scenario
+from . import anchors, baseline, charts, measure, plan, report, runner, servers, targets
+from .implementations import ADAPTERS, TWIN, adapter_name, in_scenario, twin, with_twins
 from .workload import control_every
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parent.parent  # the repository: --baseline's revisions
 QUICK_HELP = (
     "smoke run: 2 x 10 clients, 1.5 s churn, 2 000 hit calls, scale to 50, 1 repetition; "
     "async 0.5 s per row; asgi 50 connections for 2 s"
@@ -36,6 +44,10 @@ SCENARIOS_HELP = (
     f"(default: {','.join(plan.SCENARIOS)}; async and asgi run only when named)"
 )
 IMPLS_HELP = f"comma-separated, of {', '.join(ADAPTERS)} (default: all)"
+BASELINE_HELP = (
+    "a git revision: each stampede row of cold, churn, hit and scale also runs with that "
+    "revision's stampede/ (row <impl>@<rev>), beside it in every repetition"
+)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -44,6 +56,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--scenarios", default=",".join(plan.SCENARIOS), help=SCENARIOS_HELP)
     parser.add_argument("--impls", default=",".join(ADAPTERS), help=IMPLS_HELP)
     parser.add_argument("--repeat", type=int, help="repetitions per run (medians are reported)")
+    parser.add_argument("--baseline", metavar="REV", help=BASELINE_HELP)
     parser.add_argument("--processes", type=int, help="cold and churn: worker processes")
     parser.add_argument("--threads", type=int, help="cold and churn: threads per process")
     parser.add_argument("--load-ms", type=float, help="cold and scale: loader sleep")
@@ -276,12 +289,21 @@ def _run(argv: list[str] | None) -> int:
     classic = [scenario for scenario in scenarios if scenario in plan.SCENARIOS]
     impls = _choose(args.impls, list(ADAPTERS), "implementations")
     not_run = {name: reason for name in impls if (reason := ADAPTERS[name].unavailable())}
-    runnable = [name for name in impls if name not in not_run]
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
-    with RedisServer() as server:
+    with contextlib.ExitStack() as stack:
+        base = _baseline(args.baseline, classic, impls, stack)
+        if base is not None:
+            impls = with_twins(impls, base.short)
+            twins = {twin(n, base.short): why for n, why in not_run.items() if TWIN not in n}
+            not_run.update(twins)
+        runnable = [name for name in impls if name not in not_run]
+        server = stack.enter_context(RedisServer())
         client = redis.Redis.from_url(server.url)
         about = machine(client)
+        if base is not None:
+            about["baseline"] = base.about()
+            print(f"baseline: {base.short} ({base.subject}), stampede/ exported to {base.source}")
         if "asgi" in scenarios:
             from .asgi import wrk_version
 
@@ -291,13 +313,13 @@ def _run(argv: list[str] | None) -> int:
             f"Python {about['python']}; medians of {settings.repeat} repetition(s)"
         )
         specs = [
-            spec
+            dataclasses.replace(spec, source=base.source) if TWIN in spec.impl and base else spec
             for spec in plan.runs(settings, classic, runnable, server.url)
             if in_scenario(spec.impl, spec.scenario)
         ]
         if args.profile:
             specs = [dataclasses.replace(s, profile_dir=str(args.profile)) for s in specs]
-        needs = {need for spec in specs for need in ADAPTERS[spec.impl].servers}
+        needs = {need for spec in specs for need in ADAPTERS[adapter_name(spec.impl)].servers}
         with servers.LockServers(needs) as locks:
             specs = _with_lock_servers(specs, locks, not_run)
             if locks.describe():
@@ -312,6 +334,26 @@ def _run(argv: list[str] | None) -> int:
     results = {scenario: results[scenario] for scenario in scenarios if scenario in results}
     elapsed = time.monotonic() - started
     return _report(results, scenarios, settings, about, args, elapsed)
+
+
+def _baseline(
+    rev: str | None, classic: list[str], impls: list[str], stack: contextlib.ExitStack
+) -> baseline.Baseline | None:
+    """Return ``--baseline``'s revision, exported until ``stack`` closes; None without one.
+
+    Raises:
+        SystemExit: nothing to compare (no stampede row, or no cold/churn/hit/scale scenario).
+    """
+    if rev is None:
+        return None
+    if not classic or not any(ADAPTERS[name].uses_stampede for name in impls):
+        stampede_rows = ", ".join(name for name, a in ADAPTERS.items() if a.uses_stampede)
+        raise SystemExit(
+            f"--baseline needs a scenario of {', '.join(plan.SCENARIOS)} and a row of "
+            f"{stampede_rows}; got --scenarios {','.join(classic) or '(none of them)'}, "
+            f"--impls {','.join(impls)}"
+        )
+    return stack.enter_context(baseline.exported(rev, ROOT))
 
 
 def _run_async(scenario: str, settings: plan.Settings, client: Any, url: str) -> dict:
@@ -367,7 +409,7 @@ def _with_lock_servers(
     """Return the runs given their rows' lock servers; a row whose servers failed is not run."""
     kept = []
     for spec in specs:
-        needs = ADAPTERS[spec.impl].servers
+        needs = ADAPTERS[adapter_name(spec.impl)].servers
         failed = [locks.failed[need] for need in needs if need in locks.failed]
         if failed:
             not_run[spec.impl] = failed[0]
@@ -408,6 +450,14 @@ def _report(results, scenarios, settings, about, args, elapsed) -> int:
         table = report.text_table(header, body, report.label_columns(scenario))
         print(f"\n{heading}\n{table}")
         markdown.append(f"### {heading}\n\n{report.markdown_table(header, body)}\n")
+    comparison = report.versus(results) if "baseline" in about else []
+    if comparison:
+        rev = about["baseline"]["short"]
+        heading = f"baseline {rev} -> working tree, same run (medians; rows and twins beside)"
+        header, body = report.versus_table(comparison, rev)
+        print(f"\n{heading}\n{report.text_table(header, body, report.VERSUS_LABELS)}")
+        table = report.markdown_table(header, body, report.VERSUS_LABELS)
+        markdown.append(f"### {heading}\n\n{table}\n")
     errors = report.errors_section(results, settings.grace)
     if errors:
         print("\nfirst error per implementation:\n  " + "\n  ".join(errors))
@@ -434,6 +484,8 @@ def _report(results, scenarios, settings, about, args, elapsed) -> int:
         "results": results,
         "targets": [{"target": t, "measured": m, "met": met} for t, m, met in checks],
     }
+    if "baseline" in about:
+        document["versus_baseline"] = comparison
     args.out.mkdir(parents=True, exist_ok=True)
     report.write_json(args.out / "results.json", document)
     (args.out / "tables.md").write_text("\n".join(markdown))
@@ -455,6 +507,10 @@ def _report(results, scenarios, settings, about, args, elapsed) -> int:
             if entry.get("row", {}).get("all_errored")
         }
     )
+    # A twin runs an earlier revision: its failure is reported, the working tree's decides.
+    if twins := [name for name in broken if TWIN in name]:
+        print(f"\nbaseline rows that errored out entirely: {', '.join(twins)}")
+    broken = [name for name in broken if TWIN not in name]
     if broken:
         print(f"\nFAILED: implementations that errored out entirely: {', '.join(broken)}")
         return 1

@@ -9,6 +9,10 @@ copy); ``scenarios`` limits an adapter to the scenarios it is a row of; ``server
 lock servers it needs besides the cache's Redis (``benchmarks.servers``: five redis-servers
 for Redlock, a ZooKeeper), which the parent starts and the run's spec addresses.
 
+A row is named after its adapter, or ``<adapter>@<rev>`` for the twin of a row whose adapter
+uses the ``stampede`` package (``uses_stampede``): the same adapter, its workers importing
+``REV``'s stampede (``benchmarks.baseline``, ``--baseline REV``).
+
 Rule: child-side module; imports Django and the libraries lazily, in ``setup()``, so that the
 parent can list what is not installed without importing any of them.
 """
@@ -93,6 +97,7 @@ class Adapter:
     asynchronous = False
     scenarios: tuple[str, ...] | None = None  # the scenarios it has a row in (None: all)
     servers: tuple[str, ...] = ()  # lock servers besides the cache's Redis (REDLOCK, ZOOKEEPER)
+    uses_stampede = False  # built on the ``stampede`` package: ``--baseline`` gives it a twin
 
     def __init__(self, url: str, grace: float, lock_urls: tuple[str, ...] = ()) -> None:
         self.url = url
@@ -141,6 +146,7 @@ class Stampede(_Django):
 
     name, label = "stampede", "stampede"
     alias = "stampede"
+    uses_stampede = True
 
     def get_or_set(self, key: str, loader: Any, timeout: float) -> Any:
         return self._caches[self.alias].get_or_set(key, loader, timeout)
@@ -385,22 +391,51 @@ ADAPTERS: dict[str, type[Adapter]] = {
 }
 
 
+TWIN = "@"
+
+
+def adapter_name(row: str) -> str:
+    """Return the adapter of row ``row``: ``stampede`` for ``stampede`` and ``stampede@f099ab8``."""
+    return row.partition(TWIN)[0]
+
+
+def twin(row: str, rev: str) -> str:
+    """Return the name of ``row``'s twin that runs ``rev``'s stampede."""
+    return f"{row}{TWIN}{rev}"
+
+
+def with_twins(rows: list[str], rev: str) -> list[str]:
+    """Return ``rows`` with each stampede row followed by its twin at ``rev``.
+
+    Side by side in the list, a row and its twin run one after the other in every repetition
+    (``plan.runs`` reverses the order on alternate repetitions, which swaps the pair too).
+    """
+    named = []
+    for row in rows:
+        named.append(row)
+        if ADAPTERS[adapter_name(row)].uses_stampede:
+            named.append(twin(row, rev))
+    return named
+
+
 def label(name: str, grace: float) -> str:
-    """Return the display label of adapter ``name``."""
-    return ADAPTERS[name].label.format(grace=grace)
+    """Return the display label of row ``name`` (a twin's ends in ``@<rev>``)."""
+    adapter, _, rev = name.partition(TWIN)
+    text = ADAPTERS[adapter].label.format(grace=grace)
+    return f"{text} @{rev}" if rev else text
 
 
 def in_scenario(name: str, scenario: str) -> bool:
-    """Return whether adapter ``name`` has a row in ``scenario``."""
-    scenarios = ADAPTERS[name].scenarios
+    """Return whether row ``name`` (an adapter's, or its twin's) runs in ``scenario``."""
+    scenarios = ADAPTERS[adapter_name(name)].scenarios
     return scenarios is None or scenario in scenarios
 
 
 def create(
     name: str, url: str, grace: float, lock_urls: tuple[str, ...] = (), zookeeper: str = ""
 ) -> Adapter:
-    """Return adapter ``name`` set up in this process (Django configured first)."""
+    """Return the adapter of row ``name`` set up in this process (Django configured first)."""
     configure_django(url, grace, lock_urls, zookeeper)
-    adapter = ADAPTERS[name](url, grace, lock_urls)
+    adapter = ADAPTERS[adapter_name(name)](url, grace, lock_urls)
     adapter.setup()
     return adapter

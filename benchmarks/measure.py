@@ -29,6 +29,7 @@ Definitions (also stated in docs/benchmarks.md):
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from collections import defaultdict
 from typing import Any
@@ -124,7 +125,15 @@ def _common(result: RunResult, calls: list) -> dict[str, Any]:
         "cmds_all": total,
         "cmds": no_handshake,
         "commands_by_name": dict(sorted(result.commandstats.items(), key=lambda kv: -kv[1])),
+        # Where the workers' stampede package came from (none for the other libraries' rows).
+        "stampede_from": _stampede_from(outcomes),
     }
+
+
+def _stampede_from(outcomes: list[dict]) -> list[str]:
+    """Return the directories of the ``stampede`` packages the workers imported."""
+    files = {o.get("stampede_file") for o in outcomes}
+    return sorted({os.path.dirname(path) for path in files if path})
 
 
 def _cold(result: RunResult) -> dict[str, Any]:
@@ -246,6 +255,7 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
     row["errors_total"] = sum(r["errors"] for r in good)
     row["zero_ok_runs"] = sum(r["ok"] == 0 for r in good)
     row["hung_total"] = sum(r["hung"] for r in good)
+    row["stampede_from"] = sorted({path for r in good for path in r.get("stampede_from", [])})
     errors = [r["first_error"] for r in good if r.get("first_error")]
     row["first_error"] = errors[0] if errors else (failed[0] if failed else None)
     # "Errored out entirely": not one call of any repetition returned a value.

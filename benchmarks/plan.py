@@ -94,6 +94,9 @@ class RunSpec:
     # counts their commands with the cache's.
     lock_urls: tuple[str, ...] = ()
     zookeeper: str = ""
+    # A twin row's (``--baseline``): the directory whose ``stampede`` the workers import; "" for
+    # the one the parent imports (the working tree's).
+    source: str = ""
     run_id: str = field(default="")
 
     @property

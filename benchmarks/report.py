@@ -3,7 +3,8 @@
 ``results[scenario][size][impl]`` is ``{"row": medians (measure.aggregate), "runs": [...]}``;
 an implementation that could not run here has ``{"not_run": reason}`` instead. In the ``async``
 and ``asgi`` scenarios the rows are ``"<backend> <method or view>"`` (``benchmarks.anchors``),
-shown as two columns.
+shown as two columns. With ``--baseline REV`` a stampede row's twin, ``<impl>@<rev>``
+(``benchmarks.baseline``), sits right below it, and ``versus`` sets the two side by side.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .anchors import BACKENDS
-from .implementations import label
+from .implementations import TWIN, adapter_name, label
 
 Column = tuple[str, Callable[[dict[str, Any]], str]]
 
@@ -206,9 +207,10 @@ def label_columns(scenario: str) -> int:
     return 2 if scenario in ANCHORED else 1
 
 
-def markdown_table(header: list[str], body: list[list[str]]) -> str:
-    """Return a GitHub Markdown table of the same cells."""
-    labels = 2 if header[:1] == ["backend"] else 1
+def markdown_table(header: list[str], body: list[list[str]], labels: int | None = None) -> str:
+    """Return a GitHub Markdown table of the same cells (``labels``: left-aligned columns)."""
+    if labels is None:
+        labels = 2 if header[:1] == ["backend"] else 1
     rule = "|".join(["---"] * labels + ["---:"] * (len(header) - labels))
     lines = ["| " + " | ".join(header) + " |", f"|{rule}|"]
     lines += ["| " + " | ".join(cells + [""] * (len(header) - len(cells))) + " |" for cells in body]
@@ -227,6 +229,101 @@ def errors_section(results: dict[str, dict], grace: float) -> list[str]:
                     name = row_label(scenario, impl, grace)
                     lines.append(f"{scenario} {size} {name}: {message}")
     return lines
+
+
+#: The figures ``versus`` compares, per scenario: (metric, name, higher is better, decimals).
+VERSUS: dict[str, list[tuple[str, str, bool, int]]] = {
+    "cold": [
+        ("loads", "loader calls", False, 1),
+        ("p50_ms", "p50 ms", False, 1),
+        ("p99_ms", "p99 ms", False, 1),
+        ("cmds", "Redis cmds", False, 0),
+    ],
+    "churn": [
+        ("loads_per_window", "loads/key/expiry", False, 2),
+        ("p50_ms", "p50 ms", False, 2),
+        ("p99_ms", "p99 ms", False, 2),
+        ("hit_p99_ms", "hit p99 ms", False, 2),
+        ("rps", "requests/s", True, 0),
+        ("cmds_per_req", "cmds/request", False, 3),
+    ],
+    "hit": [
+        ("us_op", "us/op", False, 1),
+        ("ratio", "ratio to raw", False, 3),
+        ("cmds_per_op", "Redis cmds/op", False, 2),
+    ],
+}
+VERSUS["scale"] = VERSUS["cold"]
+VERSUS_LABELS = 4  # scenario, clients, implementation, figure
+
+
+def versus(results: dict[str, dict]) -> list[dict[str, Any]]:
+    """Return each twin's figures beside its current row's, with the change, for the JSON.
+
+    One entry per scenario, size, row and figure of ``VERSUS`` whose row and twin both have
+    figures; a twin that failed, errored out entirely or did not run has none (its table row
+    and the errors section say why).
+    """
+    entries = []
+    for scenario, sizes in results.items():
+        for size, impls in sizes.items():
+            for name, entry in impls.items():
+                current = impls.get(adapter_name(name), {}).get("row")
+                twin = entry.get("row")
+                if TWIN not in name or not current or not twin:
+                    continue
+                if any("failed" in row or row.get("all_errored") for row in (current, twin)):
+                    continue
+                for metric, figure, higher_better, digits in VERSUS.get(scenario, []):
+                    before, after = twin.get(metric), current.get(metric)
+                    entries.append(
+                        {
+                            "scenario": scenario,
+                            "size": size,
+                            "row": adapter_name(name),
+                            "baseline_row": name,
+                            "figure": figure,
+                            "metric": metric,
+                            "baseline": before,
+                            "current": after,
+                            "change": _change(before, after),
+                            "higher_is_better": higher_better,
+                            "digits": digits,
+                        }
+                    )
+    return entries
+
+
+def _change(before: Any, after: Any) -> float | None:
+    """Return (after - before) / before, or None where it has no meaning."""
+    if not isinstance(before, (int, float)) or not isinstance(after, (int, float)):
+        return None
+    if math.isnan(before) or math.isnan(after) or before == 0:
+        return None
+    return (after - before) / before
+
+
+def versus_table(entries: list[dict[str, Any]], rev: str) -> tuple[list[str], list[list[str]]]:
+    """Return (header, rows of cells) of the before/after table of ``versus``'s entries."""
+    header = ["scenario", "clients", "implementation", "figure"]
+    header += [f"@{rev}", "working tree", "change"]
+    body = []
+    for e in entries:
+        cells = [e["scenario"], e["size"], e["row"], e["figure"]]
+        cells += [_num(e["baseline"], e["digits"]), _num(e["current"], e["digits"])]
+        cells.append(_change_text(e))
+        body.append(cells)
+    return header, body
+
+
+def _change_text(entry: dict[str, Any]) -> str:
+    change = entry["change"]
+    if change is None:
+        return "-"
+    if abs(change) < 0.0005:
+        return "="
+    better = (change > 0) == entry["higher_is_better"]
+    return f"{100 * change:+.1f}% ({'better' if better else 'worse'})"
 
 
 def write_json(path: Path, document: dict[str, Any]) -> None:

@@ -15,6 +15,10 @@ Every server the run's spec names is counted: the cache's Redis, and the lock se
 row that locks outside it (``spec.lock_urls``: FLUSHALL, RESETSTAT and INFO commandstats on
 each; ``spec.zookeeper``: its packets, from ``mntr``, between the reset and the end).
 
+Each worker reports the ``stampede.__file__`` it imported. A twin row's workers
+(``spec.source``, ``--baseline``) start through ``baseline.FromSource`` and must have imported
+the exported revision, the other rows' the same copy as the parent; otherwise the run fails.
+
 Rule: children are spawned ("spawn" start method), never forked, and configure Django
 themselves; the parent keeps no state from one run to the next besides its Redis client.
 Rule: a child that fails or hangs fails its run, never the whole invocation.
@@ -33,7 +37,7 @@ from typing import Any
 
 import redis
 
-from . import servers
+from . import baseline, servers
 from .plan import RunSpec
 
 STARTUP_S = 120.0
@@ -107,9 +111,11 @@ def run(spec: RunSpec, client: Any) -> RunResult:
     context = multiprocessing.get_context("spawn")
     ready, go = context.Barrier(spec.processes + 1), context.Barrier(spec.processes + 1)
     collected, results = context.Event(), context.Queue()
+    # A twin's target redirects the child's imports to the baseline while it is unpickled.
+    target = baseline.FromSource(spec.source) if spec.source else child_main
     children = [
         context.Process(
-            target=child_main,
+            target=target,
             args=(spec, index, ready, go, collected, results),
             name=f"bench-{spec.impl}-{index}",
             daemon=True,
@@ -123,6 +129,7 @@ def run(spec: RunSpec, client: Any) -> RunResult:
         _start(spec, counters, ready, go)
         result.outcomes = _collect(spec, children, results)
         counters.read(result)
+        _check_source(spec, result.outcomes)
     except _RunFailed as failed:
         result.failure = str(failed) + _fatal_messages(results)
     finally:
@@ -135,6 +142,22 @@ def run(spec: RunSpec, client: Any) -> RunResult:
 
 class _RunFailed(Exception):
     pass
+
+
+def _check_source(spec: RunSpec, outcomes: list[dict]) -> None:
+    """Fail the run if its workers imported another ``stampede`` than the one it measures."""
+    expected = os.path.join(spec.source, baseline.PACKAGE) if spec.source else _parent_stampede()
+    if expected is None:
+        return  # the parent imported no stampede: nothing to compare a worker's with
+    wrong = baseline.wrong_source(outcomes, expected, required=bool(spec.source))
+    if wrong:
+        raise _RunFailed(f"wrong stampede: {wrong}")
+
+
+def _parent_stampede() -> str | None:
+    """Return the directory of the parent's ``stampede`` package, or None if it has none."""
+    path = baseline.imported_stampede()
+    return None if path is None else os.path.dirname(path)
 
 
 def _start(spec: RunSpec, counters: _Counters, ready: Any, go: Any) -> None:
@@ -199,6 +222,7 @@ def child_main(spec: RunSpec, index: int, ready: Any, go: Any, collected: Any, r
             spec.impl, spec.url, spec.grace, spec.lock_urls, spec.zookeeper
         )
         outcome = workload.run_process(adapter, spec, index, ready, go)
+        outcome["stampede_file"] = baseline.imported_stampede()
     except BaseException:
         for barrier in (ready, go):
             barrier.abort()
