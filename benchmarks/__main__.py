@@ -37,11 +37,11 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parent.parent  # the repository: --baseline's revisions
 QUICK_HELP = (
     "smoke run: 2 x 10 clients, 1.5 s churn, 2 000 hit calls, scale to 50, 1 repetition; "
-    "async 0.5 s per row; asgi 50 connections for 2 s"
+    "async 0.5 s per row; asgi 50 connections for 2 s; faults 10 s rows, a 2 s outage at 2.5 s"
 )
 SCENARIOS_HELP = (
     f"comma-separated, of {', '.join(plan.SCENARIOS + plan.ASYNC_SCENARIOS)} "
-    f"(default: {','.join(plan.SCENARIOS)}; async and asgi run only when named)"
+    f"(default: {','.join(plan.SCENARIOS)}; async, asgi and faults run only when named)"
 )
 IMPLS_HELP = f"comma-separated, of {', '.join(ADAPTERS)} (default: all)"
 BASELINE_HELP = (
@@ -304,7 +304,7 @@ def _run(argv: list[str] | None) -> int:
         if base is not None:
             about["baseline"] = base.about()
             print(f"baseline: {base.short} ({base.subject}), stampede/ exported to {base.source}")
-        if "asgi" in scenarios:
+        if "asgi" in scenarios or "faults" in scenarios:
             from .asgi import wrk_version
 
             about["wrk"] = wrk_version()
@@ -357,11 +357,14 @@ def _baseline(
 
 
 def _run_async(scenario: str, settings: plan.Settings, client: Any, url: str) -> dict:
-    """Run the ``async`` or ``asgi`` scenario; return ``{size: {row: entry}}`` as the others."""
+    """Run the ``async``, ``asgi`` or ``faults`` scenario; return ``{size: {row: entry}}`` as
+    the others (``faults`` starts a Redis per row: ``client`` and ``url`` are not used)."""
     from . import asgi, async_calls
 
     progress = Progress(_async_steps(scenario, settings))
     try:
+        if scenario == "faults":
+            return {f"{settings.faults_connections} connections": _run_faults(settings, progress)}
         if scenario == "async":
             rows = async_calls.run(
                 client,
@@ -388,9 +391,29 @@ def _run_async(scenario: str, settings: plan.Settings, client: Any, url: str) ->
         progress.close()
 
 
+def _run_faults(settings: plan.Settings, progress: Progress) -> dict[str, dict]:
+    from . import faults
+
+    timeline = faults.Timeline(
+        workers=settings.faults_workers,
+        threads=settings.faults_threads,
+        connections=settings.faults_connections,
+        seconds=settings.faults_seconds,
+        fault_at_s=settings.faults_at_s,
+        outage_s=settings.faults_outage_s,
+        warm_s=settings.faults_warm_s,
+    )
+    return faults.run(timeline, step=progress.note)
+
+
 def _async_steps(scenario: str, settings: plan.Settings) -> int:
     """Return how many runs the scenario makes here, after saying which backends cannot run."""
-    from . import asgi, async_calls
+    from . import asgi, async_calls, faults
+
+    if scenario == "faults":
+        for name, why in faults.not_run().items():
+            print(f"faults: {name}: {why}", file=sys.stderr)
+        return faults.runnable()
 
     missing = {name: why for name, b in anchors.BACKENDS.items() if (why := b.unavailable())}
     if scenario == "asgi" and (why := asgi.scenario_missing()):
@@ -427,6 +450,12 @@ def _meta(scenario: str, size: str, settings: plan.Settings) -> dict[str, Any]:
             "workers": settings.asgi_workers,
             "connections": settings.asgi_connections,
             "asgi_seconds": settings.asgi_seconds,
+            "faults_workers": settings.faults_workers,
+            "faults_threads": settings.faults_threads,
+            "faults_connections": settings.faults_connections,
+            "faults_seconds": settings.faults_seconds,
+            "faults_at_s": settings.faults_at_s,
+            "faults_outage_s": settings.faults_outage_s,
             "python": platform.python_version(),
         }
     return {

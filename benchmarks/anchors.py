@@ -11,6 +11,10 @@ Five backends, each configured as its documentation shows, all on the same throw
   msgpack values: its defaults);
 - ``valkey``: django-valkey's asyncio backend ``AsyncValkeyCache`` (valkey-py's asyncio client).
 
+The ``faults`` scenario runs four of them (``FAULT_BACKENDS``): Django's ``RedisCache``,
+django-vcache, ``stampede``, and ``stampede-grace``, StampedeCache with ``OPTIONS["GRACE"]``
+(``GRACE_S``, 30 s), an alias of ``caches`` that the other scenarios do not run.
+
 Rule: imports no Django and no backend library at import time (the parent only asks what can
 run; the processes that measure configure Django with :func:`caches`). A backend that cannot
 run here is a ``not run: ...`` row with the reason, never a failed invocation.
@@ -28,6 +32,8 @@ from .implementations import NEAR_CACHE
 DJANGO = "django"
 #: django-vcache's wheels and its ``Requires-Python``: 3.12 and newer.
 VCACHE_PYTHON = (3, 12)
+#: ``GRACE`` of the ``stampede-grace`` alias (faults scenario): stale values served that long.
+GRACE_S = 30
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,18 @@ BACKENDS: dict[str, Backend] = {
 }
 
 
+#: The faults scenario's backends: the baseline, an anchor, StampedeCache without and with GRACE.
+FAULT_BACKENDS: dict[str, Backend] = {
+    name: BACKENDS[name] for name in (DJANGO, "vcache", "stampede")
+} | {"stampede-grace": Backend("stampede-grace", f"StampedeCache GRACE={GRACE_S}")}
+
+
+def label(name: str) -> str:
+    """Return the table label of backend ``name`` (of ``BACKENDS`` or ``FAULT_BACKENDS``)."""
+    found = BACKENDS.get(name) or FAULT_BACKENDS.get(name)
+    return found.label if found else name
+
+
 def caches(url: str) -> dict[str, dict]:
     """Return ``CACHES`` with one alias per backend, each on the Redis at ``url``."""
     valkey_url = url.replace("redis://", "valkey://", 1)  # the scheme both anchors document
@@ -76,6 +94,11 @@ def caches(url: str) -> dict[str, dict]:
             "BACKEND": "stampede.backends.StampedeCache",
             "LOCATION": DJANGO,
             "OPTIONS": {"NEAR_CACHE": NEAR_CACHE},
+        },
+        "stampede-grace": {
+            "BACKEND": "stampede.backends.StampedeCache",
+            "LOCATION": DJANGO,
+            "OPTIONS": {"GRACE": GRACE_S},
         },
         "vcache": {"BACKEND": "django_vcache.backend.ValkeyCache", "LOCATION": valkey_url},
         "valkey": {
@@ -103,6 +126,7 @@ def versions() -> dict[str, str | None]:
         "uvloop",
         "httptools",
         "psutil",
+        "gunicorn",
     ):
         try:
             found[dist] = metadata.version(dist)

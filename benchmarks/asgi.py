@@ -19,10 +19,13 @@ Debian's ``wrk`` with ``connections`` (300) connections: ``warm_s`` unmeasured, 
 Every figure is also given as a multiple of Django's plain ``RedisCache`` in the same run.
 wrk, uvicorn and Redis share the machine's cores: the figures are relative, not capacity.
 
-Rule: only 127.0.0.1 is contacted. uvicorn runs in a session of its own, so that its process
-group (the supervisor and its workers) is stopped by its id on every exit (an error, Ctrl-C,
-or SIGTERM, which ``python -m benchmarks`` turns into ``SystemExit``); wrk stops by itself
-after its duration and is killed past a margin.
+``Site`` serves the same project under gunicorn too (``server="gunicorn"``: its WSGI
+application on gthread workers), for the ``faults`` scenario (``benchmarks.faults``).
+
+Rule: only 127.0.0.1 is contacted. uvicorn (or gunicorn) runs in a session of its own, so that
+its process group (the supervisor and its workers) is stopped by its id on every exit (an
+error, Ctrl-C, or SIGTERM, which ``python -m benchmarks`` turns into ``SystemExit``); wrk stops
+by itself after its duration and is killed past a margin.
 """
 
 from __future__ import annotations
@@ -69,7 +72,8 @@ def _ms(number: str, unit: str) -> float:
 def parse_wrk(text: str) -> dict[str, Any]:
     """Return the figures of a ``wrk --latency`` report: requests, rates, latency, errors.
 
-    Latencies are in milliseconds; a percentile wrk did not print is NaN. ``errors`` adds up
+    Latencies are in milliseconds (``max_ms``: the longest, from the thread stats); a figure
+    wrk did not print is NaN. ``errors`` adds up
     non-2xx (and 3xx) responses and socket errors; a report without a requests line raises
     ``ValueError``.
     """
@@ -82,6 +86,8 @@ def parse_wrk(text: str) -> dict[str, Any]:
         "duration_s": _ms(total.group(2), total.group(3)) / 1000,
         "rps": float(rate.group(1)) if rate else math.nan,
     }
+    stats = re.search(rf"^\s*Latency\s+{_DURATION}\s+{_DURATION}\s+{_DURATION}", text, re.MULTILINE)
+    figures["max_ms"] = _ms(stats.group(5), stats.group(6)) if stats else math.nan
     for percent in (50, 75, 90, 99):
         found = re.search(rf"^\s*{percent}(?:\.0+)?%\s+{_DURATION}", text, re.MULTILINE)
         figures[f"p{percent}_ms"] = _ms(found.group(1), found.group(2)) if found else math.nan
@@ -135,30 +141,53 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _get(url: str, timeout: float = 5.0) -> bytes:
+def get_url(url: str, timeout: float = 5.0) -> bytes:
     with urllib.request.urlopen(url, timeout=timeout) as response:
         return bytes(response.read())
 
 
-class Site:
-    """uvicorn serving ``asgi_site`` for one backend; ``stop`` ends its whole process group."""
+def server_command(server: str, port: int, workers: int, threads: int = 1) -> list[str]:
+    """Return the command that serves ``asgi_site`` on ``port``: uvicorn (ASGI) or gunicorn
+    (WSGI, ``threads`` threads in each gthread worker); access logs off, warnings on."""
+    if server == "gunicorn":
+        command = [sys.executable, "-m", "gunicorn", "benchmarks.asgi_site:wsgi_application"]
+        command += ["--bind", f"127.0.0.1:{port}", "--workers", str(workers)]
+        command += ["--worker-class", "gthread", "--threads", str(threads)]
+        return [*command, "--log-level", "warning"]
+    command = [sys.executable, "-m", "uvicorn", "benchmarks.asgi_site:application"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]
+    return [*command, "--lifespan", "off", "--no-access-log", "--log-level", "warning"]
 
-    def __init__(self, redis_url: str, backend: str, workers: int) -> None:
+
+class Site:
+    """uvicorn (or gunicorn) serving ``asgi_site`` for one backend; ``stop`` ends its whole
+    process group. ``env`` is added to the servers' environment."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        backend: str,
+        workers: int,
+        *,
+        server: str = "uvicorn",
+        threads: int = 1,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.workers = workers
+        self.server = server
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        env["STAMPEDE_BENCH_REDIS_URL"] = redis_url
-        env["STAMPEDE_BENCH_BACKEND"] = backend
-        command = [sys.executable, "-m", "uvicorn", "benchmarks.asgi_site:application"]
-        command += ["--host", "127.0.0.1", "--port", str(self.port), "--workers", str(workers)]
-        command += ["--lifespan", "off", "--no-access-log", "--log-level", "warning"]
+        environ = dict(os.environ, **(env or {}))
+        paths = [str(ROOT), environ.get("PYTHONPATH")]
+        environ["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+        environ["STAMPEDE_BENCH_REDIS_URL"] = redis_url
+        environ["STAMPEDE_BENCH_BACKEND"] = backend
+        command = server_command(server, self.port, workers, threads)
         self.process = subprocess.Popen(
             command,
             cwd=ROOT,
-            env=env,
+            env=environ,
             stdin=subprocess.DEVNULL,
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -168,6 +197,15 @@ class Site:
     def log_tail(self, lines: int = 15) -> str:
         self.log.seek(0)
         return "\n".join(self.log.read().decode(errors="replace").splitlines()[-lines:])
+
+    def log_size(self) -> int:
+        """Return how many bytes the servers have written to their log so far."""
+        return os.fstat(self.log.fileno()).st_size
+
+    def log_since(self, offset: int) -> list[str]:
+        """Return the log's lines written after byte ``offset`` (``log_size()`` then)."""
+        self.log.seek(offset)
+        return self.log.read().decode(errors="replace").splitlines()
 
     def wait_ready(self, timeout: float = STARTUP_S) -> set[int]:
         """Return the worker pids once every worker has answered ``/pid``.
@@ -179,16 +217,17 @@ class Site:
         seen: set[int] = set()
         while len(seen) < self.workers:
             if self.process.poll() is not None:
-                raise RuntimeError(f"uvicorn exited ({self.process.returncode}): {self.log_tail()}")
+                code = self.process.returncode
+                raise RuntimeError(f"{self.server} exited ({code}): {self.log_tail()}")
             if time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"{len(seen)} of {self.workers} uvicorn workers answered within "
+                    f"{len(seen)} of {self.workers} {self.server} workers answered within "
                     f"{timeout:g} s: {self.log_tail()}"
                 )
             try:
-                seen.add(int(_get(f"{self.base}/pid", timeout=2.0)))
+                seen.add(int(get_url(f"{self.base}/pid", timeout=2.0)))
             except (OSError, ValueError):
-                time.sleep(0.1)  # not listening yet: uvicorn is importing Django
+                time.sleep(0.1)  # not listening yet: the server is importing Django
         return seen
 
     def worker_processes(self, pids: set[int]) -> list[Any]:
@@ -260,12 +299,19 @@ class ConnectionSampler:
         self.client.close()
 
 
-def run_wrk(url: str, connections: int, seconds: float, threads: int) -> str:
-    """Return wrk's report of ``seconds`` of load on ``url``, rounded up to whole seconds (wrk
-    takes no fractions). wrk stops by itself; it is killed past a margin."""
+def wrk_command(url: str, connections: int, seconds: float, threads: int) -> list[str]:
+    """Return the wrk command for ``seconds`` of load on ``url``, rounded up to whole seconds
+    (wrk takes no fractions), with a request timeout as long as the run (a slow answer is
+    measured, not dropped)."""
     whole = max(1, math.ceil(seconds))
     command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{whole}s", "--latency"]
-    command += ["--timeout", f"{max(whole, 2)}s", url]
+    return [*command, "--timeout", f"{max(whole, 2)}s", url]
+
+
+def run_wrk(url: str, connections: int, seconds: float, threads: int) -> str:
+    """Return wrk's report of ``seconds`` of load on ``url`` (``wrk_command``). wrk stops by
+    itself; it is killed past a margin."""
+    command = wrk_command(url, connections, seconds, threads)
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=seconds + WRK_MARGIN_S, check=False
     )
@@ -292,7 +338,7 @@ def measure_view(
     client.config_resetstat()
     before = cpu_seconds(workers)
     with ConnectionSampler(redis_url) as sampler:
-        report = run_wrk(f"{site.base}/{view}", connections, seconds, threads=_wrk_threads())
+        report = run_wrk(f"{site.base}/{view}", connections, seconds, threads=wrk_threads())
     after = cpu_seconds(workers)
     _, cmds = commands(command_counts(client))
     figures = parse_wrk(report)
@@ -314,7 +360,7 @@ def measure_view(
     return figures
 
 
-def _wrk_threads() -> int:
+def wrk_threads() -> int:
     return max(1, min(os.cpu_count() or 1, 4))
 
 
@@ -346,11 +392,11 @@ def run_backend(
         return {view: {"failed": f"uvicorn did not start: {exc}"} for view in VIEWS}
     try:
         pids = site.wait_ready()
-        _get(f"{site.base}/warm")
+        get_url(f"{site.base}/warm")
         for view in VIEWS:
             url = f"{site.base}/{view}"
             if warm_s > 0:  # connections, thread pools, near copies: not measured
-                run_wrk(url, connections, warm_s, threads=_wrk_threads())
+                run_wrk(url, connections, warm_s, threads=wrk_threads())
             figures = measure_view(
                 site, pids, client, redis_url, view, connections=connections, seconds=seconds
             )

@@ -1,6 +1,7 @@
-"""The Django project that ``--scenarios asgi`` serves with uvicorn: settings, views, application.
+"""The Django project of ``--scenarios asgi`` and ``faults``: settings, views, applications.
 
-uvicorn imports ``benchmarks.asgi_site:application`` in each worker process; the parent
+uvicorn imports ``benchmarks.asgi_site:application`` (ASGI) in each worker process, gunicorn
+``benchmarks.asgi_site:wsgi_application`` (WSGI, ``faults`` only); the parent
 (``benchmarks.asgi``) names the Redis and the backend in the environment:
 ``STAMPEDE_BENCH_REDIS_URL`` and ``STAMPEDE_BENCH_BACKEND`` (an alias of ``anchors.caches``).
 
@@ -11,7 +12,10 @@ wrk counts as a non-2xx response):
 - ``/aget_or_set``: two ``await cache.aget_or_set(key, loader, 3600)`` of warm keys (the loader
   returns the stored value, so even a miss answers right; it is not expected to run);
 - ``/warm``: ``aset`` of both keys, once before the load;
-- ``/pid``: the worker's process id, so the parent knows every worker answers.
+- ``/pid``: the worker's process id, so the parent knows every worker answers;
+- ``/fault``, ``/fault_sync``, ``/fault_warm``, ``/fault_warm_sync``: the ``faults`` scenario's
+  (``benchmarks.fault_views``), recording what they do only when the environment names
+  ``STAMPEDE_BENCH_FAULT_DIR``.
 
 No middleware, no database, no templates: what a request costs beyond the two cache calls is
 Django's request handling, the same for every backend.
@@ -47,6 +51,10 @@ django.setup()
 
 from django.core.asgi import get_asgi_application  # noqa: E402 (needs the settings above)
 from django.core.cache import caches  # noqa: E402
+from django.core.wsgi import get_wsgi_application  # noqa: E402
+
+from . import fault_views  # noqa: E402
+from .fault_log import FAULT_DIR_ENV  # noqa: E402
 
 ALIAS = os.environ["STAMPEDE_BENCH_BACKEND"]
 
@@ -88,6 +96,14 @@ urlpatterns = [
     path("aget_or_set", two_aget_or_sets),
     path("warm", warm),
     path("pid", pid),
+    path("fault", fault_views.fault),
+    path("fault_sync", fault_views.fault_sync),
+    path("fault_warm", fault_views.fault_warm),
+    path("fault_warm_sync", fault_views.fault_warm_sync),
 ]
 
+if os.environ.get(FAULT_DIR_ENV):
+    fault_views.install_log_handlers()
+
 application = get_asgi_application()
+wsgi_application = get_wsgi_application()

@@ -11,9 +11,10 @@ import itertools
 from dataclasses import asdict, dataclass, field, replace
 
 SCENARIOS = ("cold", "churn", "hit", "scale")
-#: Scenarios that run only when named (``--scenarios async,asgi``): asyncio calls in one process
-#: (``async_calls``) and a Django site on uvicorn under wrk (``asgi``), each backend side by side.
-ASYNC_SCENARIOS = ("async", "asgi")
+#: Scenarios that run only when named (``--scenarios async,asgi,faults``): asyncio calls in one
+#: process (``async_calls``), a Django site on uvicorn under wrk (``asgi``), each backend side by
+#: side, and that site through a Redis outage under uvicorn and gunicorn (``faults``).
+ASYNC_SCENARIOS = ("async", "asgi", "faults")
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,16 @@ class Settings:
     asgi_connections: int = 300
     asgi_seconds: float = 10.0
     asgi_warm_s: float = 2.0
+    # faults: one run per row (not repeated): uvicorn or gunicorn (`faults_workers` workers, of
+    # `faults_threads` threads for gunicorn) under wrk with `faults_connections` for
+    # `faults_seconds`; Redis taken away at `faults_at_s` for `faults_outage_s`
+    faults_workers: int = 2
+    faults_threads: int = 50
+    faults_connections: int = 100
+    faults_seconds: float = 20.0
+    faults_at_s: float = 8.0
+    faults_outage_s: float = 4.0
+    faults_warm_s: float = 2.0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -67,6 +78,10 @@ QUICK = {
     "asgi_connections": 50,
     "asgi_seconds": 2.0,
     "asgi_warm_s": 1.0,
+    "faults_seconds": 10.0,
+    "faults_at_s": 2.5,
+    "faults_outage_s": 2.0,
+    "faults_warm_s": 1.0,
 }
 
 

@@ -1,9 +1,10 @@
 """Tables (terminal and Markdown) and the JSON file of one invocation.
 
 ``results[scenario][size][impl]`` is ``{"row": medians (measure.aggregate), "runs": [...]}``;
-an implementation that could not run here has ``{"not_run": reason}`` instead. In the ``async``
-and ``asgi`` scenarios the rows are ``"<backend> <method or view>"`` (``benchmarks.anchors``),
-shown as two columns. With ``--baseline REV`` a stampede row's twin, ``<impl>@<rev>``
+an implementation that could not run here has ``{"not_run": reason}`` instead. In the ``async``,
+``asgi`` and ``faults`` scenarios the rows are ``"<backend> <method, view, or server and
+fault>"`` (``benchmarks.anchors``), shown as two columns.
+With ``--baseline REV`` a stampede row's twin, ``<impl>@<rev>``
 (``benchmarks.baseline``), sits right below it, and ``versus`` sets the two side by side.
 """
 
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .anchors import BACKENDS
+from .anchors import label as backend_label
 from .implementations import TWIN, adapter_name, label
 
 Column = tuple[str, Callable[[dict[str, Any]], str]]
@@ -104,6 +105,22 @@ COLUMNS: dict[str, list[Column]] = {
         ("CPU x RedisCache", lambda r: _times(r.get("cpu_x_django"))),
         ("Redis cmds/req", lambda r: _num(r["cmds_per_req"], 2)),
     ],
+    "faults": [
+        ("requests/s", lambda r: _num(r["rps"])),
+        ("non-2xx", lambda r: _num(r["non2xx"])),
+        ("socket errors", lambda r: _num(r["socket_errors"])),
+        ("p99 ms", lambda r: _ms(r["p99_ms"])),
+        ("longest in outage ms", lambda r: _ms(r["longest_in_outage_ms"])),
+        ("wrk max ms", lambda r: _ms(r["max_ms"])),
+        ("loads/key/window before", lambda r: _num(r["loads_before"], 2)),
+        ("during", lambda r: _num(r["loads_during"], 2)),
+        ("after", lambda r: _num(r["loads_after"], 2)),
+        ("back to 1.00 after s", lambda r: _num(r["back_to_one_s"], 1)),
+        ("failed reads after", lambda r: _num(r["failed_reads_after"])),
+        ("lost commits after", lambda r: _num(r["lost_commits_after"])),
+        ("view errors", lambda r: _num(r["view_errors"])),
+        ("log lines", lambda r: _num(r["log_lines"])),
+    ],
     "scale": [
         ("loader calls", _loads),
         ("p50 ms", lambda r: _ms(r["p50_ms"])),
@@ -128,16 +145,21 @@ TITLES = {
     "asgi": "asgi: Django on uvicorn ({workers} workers), wrk {connections} connections for "
     "{asgi_seconds:g} s per view, each request two awaits of warm keys; Python {python}; "
     "multiples of Django RedisCache on the same view",
+    "faults": "faults: Redis taken away at {faults_at_s:g} s for {faults_outage_s:g} s (silent: "
+    "SIGSTOP/SIGCONT; killed: SIGKILL, restarted empty), wrk {faults_connections} connections "
+    "for {faults_seconds:g} s, uvicorn ({faults_workers} workers, aget_or_set) and gunicorn "
+    "({faults_workers} gthread workers x {faults_threads} threads, get_or_set), 20 keys, "
+    "timeout 5 s, loader 50 ms; one run per row; Python {python}",
 }
 #: The scenarios whose rows are ``"<backend> <what>"``, and the name of the second column.
-ANCHORED = {"async": "call", "asgi": "view"}
+ANCHORED = {"async": "call", "asgi": "view", "faults": "server, fault"}
 
 
 def row_label(scenario: str, name: str, grace: float) -> str:
     """Return the display label of row ``name`` of ``scenario``."""
     if scenario in ANCHORED:
         backend, _, what = name.partition(" ")
-        return f"{BACKENDS[backend].label} {what}"
+        return f"{backend_label(backend)} {what}"
     return label(name, grace)
 
 
@@ -154,7 +176,7 @@ def rows(scenario: str, sizes: dict[str, dict], grace: float) -> tuple[list[str]
         for impl, entry in impls.items():
             if scenario in ANCHORED:
                 backend, _, what = impl.partition(" ")
-                cells = [BACKENDS[backend].label, _view(scenario, what)]
+                cells = [backend_label(backend), _view(scenario, what)]
             else:
                 cells = [label(impl, grace)] + ([size] if scenario == "scale" else [])
             row = entry.get("row", {})
