@@ -303,7 +303,10 @@ def run(
         backend, server, fault = name.split(" ")
         figures = run_row(backend, server, fault, timeline)
         figures["load1"] = os.getloadavg()[0]
-        entries[name] = {"runs": [figures], "row": aggregate([figures])}
+        # A failed row is a row with its reason; it does not make the exit status non-zero
+        # as a broken adapter's row does (``all_errored``).
+        row = {"failed": figures["failed"]} if "failed" in figures else aggregate([figures])
+        entries[name] = {"runs": [figures], "row": row}
         step(f"faults {name}")
     return entries
 
