@@ -197,7 +197,8 @@ def figures(
     run's start), *during* the outage itself, *after* the ``WINDOW_S`` from Redis answering
     again (or less, to the run's end). Failed reads and lost commits are counted from Redis
     answering again to the end of the records: the view's exceptions at those steps plus the
-    stampede warnings that name them.
+    stampede warnings that name them. ``unfinished`` counts the requests that began before
+    Redis answered again and were still running when the run ended (wrk never saw them end).
     """
     loads, errors, warnings = records.loads, records.errors, records.warnings
     after_end = min(run_end, fault_end + WINDOW_S)
@@ -214,6 +215,7 @@ def figures(
         "requests_recorded": len(records.requests),
         "longest_in_outage_ms": 1000
         * longest_overlapping(records.requests, fault_start, fault_end),
+        "unfinished": sum(1 for r in records.requests if r.start < fault_end <= run_end <= r.end),
         "view_errors": len(errors),
         "view_errors_during": sum(1 for e in errors if fault_start <= e.time < fault_end),
         "view_errors_after": count_after(errors, fault_end),

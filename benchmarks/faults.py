@@ -28,7 +28,12 @@ the workers' records):
 - **longest request in the outage**: the view's own records (start and end of each request):
   the longest request that was running at some moment between the fault's start and Redis
   answering again. A request still running when the row ends is not in the records (wrk counts
-  it as a timeout); wrk's max latency is beside it.
+  it as a timeout); wrk's max latency is beside it. A request of uvicorn's that was still
+  running when wrk closed its connection is recorded then (Django cancels it), so its duration
+  here is how long it had run by then; wrk's max does not include it (wrk saw no answer).
+- **unfinished**: requests that began before Redis answered again and were still running when
+  the run ended (recorded by uvicorn's cancellation, or by a gunicorn thread that finished
+  before the server was stopped; one still blocked then is in no record).
 - **loads per key per window, before / during / after**: the loader's records, calls / 20 keys /
   (window / 5 s). *Before* is the 5 s before the fault, *during* the outage, *after* the 5 s
   from Redis answering again (shorter when the run is: ``--quick``). A protected cache makes

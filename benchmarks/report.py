@@ -112,6 +112,7 @@ COLUMNS: dict[str, list[Column]] = {
         ("p99 ms", lambda r: _ms(r["p99_ms"])),
         ("longest in outage ms", lambda r: _ms(r["longest_in_outage_ms"])),
         ("wrk max ms", lambda r: _ms(r["max_ms"])),
+        ("unfinished", lambda r: _num(r["unfinished"])),
         ("loads/key/window before", lambda r: _num(r["loads_before"], 2)),
         ("during", lambda r: _num(r["loads_during"], 2)),
         ("after", lambda r: _num(r["loads_after"], 2)),

@@ -125,3 +125,18 @@ Requests/sec:    628.86
 """
     assert asgi.parse_wrk(report)["max_ms"] == 2020.0
     assert math.isnan(asgi.parse_wrk(report.replace("Latency   156", "Latncy   156"))["max_ms"])
+
+
+def test_a_request_of_the_outage_still_running_at_the_end_is_unfinished():
+    records = fault_log.Records(
+        requests=[
+            Request(T0 + 10, T0 + 20.1, "cancelled"),  # caught by the outage, cut at the end
+            Request(T0 + 19.9, T0 + 20.1, "cancelled"),  # an ordinary request cut at the end
+            Request(T0 + 10, T0 + 12.5, "ok"),
+        ]
+    )
+    figures = fault_log.figures(
+        records, run_start=T0, run_end=T0 + 20, fault_start=T0 + 8, fault_end=T0 + 12
+    )
+    assert figures["unfinished"] == 1
+    assert math.isclose(figures["longest_in_outage_ms"], 10_100.0)
