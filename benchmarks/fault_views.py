@@ -19,7 +19,9 @@ before the load with timeouts of 1 to 5 s, so that the keys expire spread over t
 rather than all at once (a protected cache then loads once per key per 5 s in any window).
 
 Records (``fault_log``) go to ``<STAMPEDE_BENCH_FAULT_DIR>/<pid>.log``: every loader call, every
-request's start, end and outcome, and every record of a ``stampede`` logger at WARNING or above.
+request's start, end and outcome, every record of a ``stampede`` logger at WARNING or above, and
+every ``redis_error`` event (level ``EVENT``: the failed step of each failed call, which the log,
+rate-limited, does not list one by one).
 That handler replaces logging's last resort for those loggers, so a stderr handler beside it
 writes their records to stderr as the last resort would (the message alone): the server's log
 lines are what they are without it.
@@ -70,12 +72,24 @@ class _Recorder(logging.Handler):
         _record(log_line(record.created, record.levelname, record.name, record.getMessage()))
 
 
+def _failed(event: str, **payload: Any) -> None:
+    """Record each Redis failure of a fill (``redis_error``, with its step): the log says an
+    outage once and then at a bounded rate, the events count every failed call."""
+    if event == "redis_error":
+        message = f"Redis failed during {payload.get('during', 'call')} of {payload.get('key')!r}"
+        _record(log_line(time.time(), "EVENT", "stampede.events", message))
+
+
 def install_log_handlers() -> None:
-    """Record the ``stampede`` loggers' warnings, and still write them to stderr."""
+    """Record the ``stampede`` loggers' warnings (and write them to stderr) and every
+    ``redis_error`` event."""
+    from stampede.core import events
+
     logger = logging.getLogger("stampede")
     for handler in (_Recorder(logging.WARNING), logging.StreamHandler()):
         handler.setLevel(logging.WARNING)
         logger.addHandler(handler)
+    events.listen(_failed)
 
 
 class _Step:

@@ -417,9 +417,11 @@ class StampedeCache(BaseCache):
 
         Redis reports the write too, to every process; this one must not wait for it.
         """
+        fulls = [self._wrapped.make_key(key, version=version) for key in keys]
         near = self.near
         if near is not None:
-            near.forget([self._wrapped.make_key(key, version=version) for key in keys])
+            near.forget(fulls)
+        stores.outage(self._settings).forget(fulls)  # what was kept while Redis failed
 
     def _relived(self, keys: Any, version: Any, answer: Any = None) -> None:
         """A call changed the life of ``keys``' values: drop their meta and our copies."""

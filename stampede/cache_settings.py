@@ -23,7 +23,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from .core import lockspec
+from .core import lockspec, outage
 from .core import options as conf
 from .core.lockspec import LockSpec
 from .core.near import NearOptions
@@ -31,7 +31,7 @@ from .django_internals import is_redis_backend, is_stampede_backend
 from .io import sentinel
 
 #: ``OPTIONS`` the backend reads itself; the others are the fill's (``core/options.py``).
-BACKEND_OPTIONS = ("LOCK_URL", "NEAR_CACHE", "LOCK")
+BACKEND_OPTIONS = ("LOCK_URL", "NEAR_CACHE", "LOCK", "OUTAGE_COPIES")
 #: Every ``OPTIONS`` key, as written in settings.
 ALLOWED_OPTIONS = tuple(name.upper() for name in conf.OPTION_NAMES) + BACKEND_OPTIONS
 #: What ``OPTIONS["LOCK_URL"]`` may start with: redis-py's ``from_url`` schemes, and Sentinel
@@ -78,6 +78,7 @@ class CacheSettings:
     near: NearOptions | None
     lock: LockSpec | None
     fill: conf.FillOptions
+    outage_copies: int = outage.COPIES  # values kept per process through a Redis outage
 
     @classmethod
     def parse(cls, location: Any, options: Any, configured: dict[str, Any]) -> CacheSettings:
@@ -134,6 +135,7 @@ def read(
     lock_url = _lock_url(options.get("LOCK_URL"), problems)
     near = _parsed(NearOptions.from_setting, options.get("NEAR_CACHE"), problems)
     lock = _parsed(LockSpec.from_setting, options.get("LOCK"), problems)
+    copies = _parsed(_outage_copies, options.get("OUTAGE_COPIES", outage.COPIES), problems)
     redis_backing = backend_class is not None and is_redis_backend(backend_class)
     if backend_class is not None:
         entry = configured[location] or {}
@@ -141,9 +143,19 @@ def read(
             problems.extend(_outside_lock_problems(location, entry, redis_backing, options))
         if near is not None:
             problems.extend(_near_problems(location, entry, redis_backing, near))
-    if problems or fill is None or backend_class is None:
+    if problems or fill is None or backend_class is None or copies is None:
         return None, problems
-    return CacheSettings(location, redis_backing, lock_url, near, lock, fill), problems
+    return CacheSettings(location, redis_backing, lock_url, near, lock, fill, copies), problems
+
+
+def _outage_copies(value: Any) -> int:
+    """Return ``OPTIONS["OUTAGE_COPIES"]``: how many values a process keeps through an outage."""
+    if type(value) is not int or value < 0:
+        raise ValueError(
+            f"OPTIONS['OUTAGE_COPIES'] must be a whole number of values, 0 (keep none: every "
+            f"caller loads while Redis fails) or more; got {value!r}"
+        )
+    return value
 
 
 # -- LOCATION: the cache that stores the values ------------------------------------------------

@@ -26,6 +26,7 @@ from django.utils.module_loading import import_string
 from . import cache_settings
 from .cache_settings import CacheSettings
 from .django_internals import STAMPEDE_BACKEND, is_stampede_backend
+from .io import deadlines
 
 #: Below this LOCK_TTL (seconds) a renewal every LOCK_TTL/3 leaves too little room for one
 #: slow round trip or a GC pause before the lock expires under a live holder.
@@ -71,7 +72,7 @@ def _check_entry(alias: str, entry: dict[str, Any], configured: dict[str, Any]) 
     refused = _construction_error(alias, entry)
     if refused is not None:
         return [refused]
-    return list(_warnings(alias, parsed))
+    return list(_warnings(alias, parsed, configured))
 
 
 def _construction_error(alias: str, entry: dict[str, Any]) -> Error | None:
@@ -92,7 +93,9 @@ def _construction_error(alias: str, entry: dict[str, Any]) -> Error | None:
 # -- warnings: settings that work, but not as their author probably expects ---------------------
 
 
-def _warnings(alias: str, parsed: CacheSettings) -> Iterable[CheckWarning]:
+def _warnings(
+    alias: str, parsed: CacheSettings, configured: dict[str, Any]
+) -> Iterable[CheckWarning]:
     fill_options = parsed.fill
     where = f"CACHES[{alias!r}]"
     if fill_options.lock_ttl < MIN_LOCK_TTL:
@@ -120,6 +123,20 @@ def _warnings(alias: str, parsed: CacheSettings) -> Iterable[CheckWarning]:
             id="stampede.W003",
         )
     location = parsed.location
+    missing = _deadlines_missing(configured.get(location) or {})
+    if missing:
+        names = " and ".join(missing)
+        yield CheckWarning(
+            f"{where} wraps CACHES[{location!r}], whose Redis connections have no {names}: "
+            "while Redis is silent (stopped, partitioned, its host gone), each of its calls "
+            "that StampedeCache hands over (get, set, delete, ...) waits as long as the "
+            "operating system keeps the connection, minutes. The fills do not: the "
+            f"connections StampedeCache builds wait {deadlines.DEADLINE:g} s at most",
+            hint=f"Set CACHES[{location!r}]['OPTIONS'] "
+            + " and ".join(f"[{name!r}]" for name in missing)
+            + " (seconds, 1 is a sane start), or silence stampede.W005.",
+            id="stampede.W005",
+        )
     if parsed.lock_url is not None and parsed.redis_backing:
         yield CheckWarning(
             f"{where}: OPTIONS['LOCK_URL'] is ignored: {location!r} is a Redis cache, and the "
@@ -128,3 +145,30 @@ def _warnings(alias: str, parsed: CacheSettings) -> Iterable[CheckWarning]:
             hint="Remove LOCK_URL; it is for backing caches that are not Redis.",
             id="stampede.W004",
         )
+
+
+#: The settings that bound a wrapped cache's Redis calls, by its backend: Django's
+#: ``RedisCache`` hands ``OPTIONS`` to redis-py's pool; django-redis reads its own names.
+_DEADLINE_SETTINGS = {
+    "django.core.cache.backends.redis.RedisCache": ("socket_timeout", "socket_connect_timeout"),
+    "django_redis.cache.RedisCache": ("SOCKET_TIMEOUT", "SOCKET_CONNECT_TIMEOUT"),
+}
+
+
+def _deadlines_missing(wrapped: dict[str, Any]) -> list[str]:
+    """Return the deadline settings the wrapped cache's entry lacks (none for a backend whose
+    settings are not known here). A URL's query (``?socket_timeout=1``) counts as set."""
+    names = _DEADLINE_SETTINGS.get(wrapped.get("BACKEND"))  # type: ignore[arg-type]
+    if names is None:
+        return []
+    options = wrapped.get("OPTIONS") or {}
+    pool_kwargs = options.get("CONNECTION_POOL_KWARGS") or {}
+    location = wrapped.get("LOCATION")
+    urls = " ".join(location) if isinstance(location, (list, tuple)) else str(location)
+    missing = []
+    for name in names:
+        plain = name.lower()
+        given = options.get(name) is not None or pool_kwargs.get(plain) is not None
+        if not given and f"{plain}=" not in urls:
+            missing.append(name)
+    return missing

@@ -23,6 +23,8 @@ metric                                        event                   meaning
 ``stampede_wait_timeouts_total``              ``wait_timeout``        waits past WAIT_TIMEOUT
 ``stampede_lock_lost_total``                  ``lock_lost``           holders that lost their lock
 ``stampede_redis_errors_total``               ``redis_error``         Redis failures in a fill
+``stampede_outage_served_total``              ``outage_served``       values kept through a Redis
+                                                                      outage, served
 ============================================  ======================  =========================
 """
 
@@ -65,6 +67,7 @@ COUNTERS = {
     "wait_timeouts": "Waits that ran past WAIT_TIMEOUT (ON_TIMEOUT applied).",
     "lock_lost": "Holders that found their lock expired or taken over.",
     "redis_errors": "Redis failures during a fill (ON_REDIS_ERROR applied).",
+    "outage_served": "Values this process kept through a Redis outage, served meanwhile.",
 }
 HISTOGRAMS = {
     "load_seconds": "Seconds a loader ran.",
@@ -79,6 +82,7 @@ COUNTED = {
     "wait_timeout": "wait_timeouts",
     "lock_lost": "lock_lost",
     "redis_error": "redis_errors",
+    "outage_served": "outage_served",
 }
 
 

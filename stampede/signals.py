@@ -30,6 +30,7 @@ stale_served = Signal()
 wait_timeout = Signal()
 lock_lost = Signal()
 redis_error = Signal()
+outage_served = Signal()
 
 SIGNALS: dict[str, Signal] = {name: globals()[name] for name in events.EVENTS}
 

@@ -29,6 +29,7 @@ from .cache_settings import CacheSettings
 from .core import lockspec, process
 from .core.keys import CacheKey
 from .core.near import NearCache, NearOptions
+from .core.outage import Outage
 from .django_internals import (
     BackendStore,
     async_store_for,
@@ -267,7 +268,8 @@ def filler(settings: CacheSettings, store: Store, near: NearReads | None) -> Fil
     one flight group (the process's, for the wrapped alias). One per process over Redis."""
 
     def build() -> Filler:
-        return Filler(store, settings.fill, flights=local.group(settings.location), near=near)
+        group = local.group(settings.location)
+        return Filler(store, settings.fill, flights=group, near=near, outage=outage(settings))
 
     if isinstance(store, BackendStore):
         return build()
@@ -288,7 +290,17 @@ def _async_filler(settings: CacheSettings, store: Store, near: NearReads | None)
     twin = async_store_for(store)
     if twin is None:
         return None
-    return AsyncFiller(twin, settings.fill, flights=settings.location, near=near)
+    return AsyncFiller(
+        twin, settings.fill, flights=settings.location, near=near, outage=outage(settings)
+    )
+
+
+def outage(settings: CacheSettings) -> Outage:
+    """Return the process's :class:`~stampede.core.outage.Outage` of a cache: its threads' and
+    event loops' fillers report Redis's failures through it, and share what it keeps."""
+    return _shared_part(
+        "outage", settings, lambda: Outage(settings.location, settings.outage_copies)
+    )
 
 
 def async_store(store: Store) -> Any:

@@ -14,7 +14,9 @@ Events and their payloads (``key`` is the full cache key or lock name):
 ``stale_served``    ``key`` — a stale value was served while one caller refreshes
 ``wait_timeout``    ``key``, ``duration`` — a wait ran past ``wait_timeout``
 ``lock_lost``       ``key`` — a holder found its lock expired or taken over
-``redis_error``     ``key``, ``error`` — Redis failed during the protocol
+``redis_error``     ``key``, ``error``, ``during`` (the step: ``Read``, ``Commit``...) —
+                    Redis failed during the protocol
+``outage_served``   ``key`` — a value kept through a Redis outage was served
 ==================  ===============================================================
 """
 
@@ -37,6 +39,7 @@ EVENTS = (
     "wait_timeout",
     "lock_lost",
     "redis_error",
+    "outage_served",
 )
 
 Listener = Callable[..., object]

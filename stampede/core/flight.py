@@ -149,10 +149,38 @@ class Background:
     refresh: Generator[Step, Any, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class Recall:
+    """While Redis fails: send back this process's copy of the key kept through the outage
+    (``core.outage``), or ``MISSING``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Keep:
+    """While Redis fails: keep ``value``, loaded meanwhile, for the callers that follow, at
+    most ``timeout`` seconds (None: until Redis answers again); send back None."""
+
+    value: Any
+    timeout: float | None
+
+
 #: The shortest bound of a ``Subscribe`` (see there), in seconds.
 SUBSCRIBE_FLOOR = 1.0
 
-Step = Read | TryLock | Subscribe | Peek | Wait | Load | Commit | Serve | Note | Background
+Step = (
+    Read
+    | TryLock
+    | Subscribe
+    | Peek
+    | Wait
+    | Load
+    | Commit
+    | Serve
+    | Note
+    | Background
+    | Recall
+    | Keep
+)
 Protocol = Generator[Step, Any, Any]
 
 
@@ -226,9 +254,22 @@ def fill(
     except StoreUnavailable as unavailable:
         if options.on_redis_error == "raise":
             raise unavailable.error from None
-        # In-process coalescing still holds (this flight is shared by the process's callers),
-        # so a Redis outage costs one load per key per process, not one per request.
-        return (yield Load(locked=False))
+        return (yield from through_outage(timeout))
+
+
+def through_outage(timeout: float | None) -> Protocol:
+    """Return the value of a key while Redis fails (``on_redis_error="load"``).
+
+    In-process coalescing still holds (this flight is shared by the process's callers), and
+    what the flight loads is kept for the flights that follow (``core.outage``): an outage
+    costs one load per key per process per timeout, not one per request.
+    """
+    kept = yield Recall()
+    if kept is not MISSING:
+        return kept
+    value = yield Load(locked=False)
+    yield Keep(value, timeout)
+    return value
 
 
 def _fill(
@@ -412,7 +453,8 @@ def refresh(
     try:
         written = yield Commit(FILLED, record, hard)
     except StoreUnavailable:
-        return value  # we have the value; the lock expires by its TTL
+        yield Keep(value, timeout)  # for the callers that follow while Redis fails
+        return value  # the lock expires by its TTL
     if not written:
         # Our lock expired or was taken while we loaded (or a delete() voided the load): the
         # value is still right for this caller, but the key now belongs to the next holder.

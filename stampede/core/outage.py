@@ -1,4 +1,5 @@
-"""A store's outage: how its I/O errors reach the fill protocol, and how they are reported.
+"""A store's outage: how its I/O errors reach the fill protocol, what is kept through it, and
+how it is reported.
 
 Rule: no I/O, and no Redis import. Which errors are a store's own is for the I/O side to say:
 the drivers catch their client's (``STORE_ERRORS``) and hand them here. What they mean is
@@ -6,37 +7,175 @@ decided here, once for the sync and the asyncio side: a store's error becomes
 ``StoreUnavailable`` for the protocol (``flight.py``), which applies ``on_redis_error``; a
 loader's own exception (even a ``RedisError`` from its data source) passes unchanged, to be
 shared with the waiters like any loader failure.
+
+Rule: an outage costs one load per key per process per timeout, not one per request. While
+Redis fails, a value this process loaded is kept here (``keep``: bounded in number by
+``OUTAGE_COPIES``, each until its key's timeout) and served to the callers that follow
+(``recall``), which in-process coalescing already groups by key. Copies are read only when
+Redis has just failed the caller, never while it answers, and the first answer after an
+outage drops them all (``answered``): Redis is the truth again, and a write made meanwhile by
+another process must win over what this one kept.
+
+Rule: copies, never shared objects. A value is kept as its pickle, and each caller gets its
+own object, as from Redis or the near cache; a value that cannot be pickled is not kept.
+
+Rule: an outage is logged once when it starts, then at most once per ``LOG_EVERY`` seconds
+(counting the failures left out), and once when Redis answers again; the ``redis_error``
+event still reports every failure, for metrics.
 """
 
 from __future__ import annotations
 
 import logging
+import pickle
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from cachetools import LRUCache
 
 from . import events, flight
 from .keys import CacheKey
+from .missing import MISSING
+from .private import DontCache
+from .reconnect import FailureLog
 
 logger = logging.getLogger(__name__)
 
-
-def unavailable(error: Exception, key: CacheKey, during: str) -> flight.StoreUnavailable:
-    """Report the store's ``error`` during ``during`` of ``key``; return it for the protocol."""
-    events.emit("redis_error", key=key.full, error=error)
-    logger.warning("stampede: Redis failed during %s of %r: %s", during, key.full, error)
-    return flight.StoreUnavailable(error)
+#: The most values a cache keeps per process through an outage (``OPTIONS["OUTAGE_COPIES"]``).
+COPIES = 1000
 
 
-def thrown_back(step: flight.Step, error: Exception, key: CacheKey) -> Exception:
-    """Return what to throw into the protocol for ``step``, which raised the store error
-    ``error``: a ``Load`` step's is the loader's own (unchanged), any other step's is an
-    outage (``StoreUnavailable``, reported)."""
-    if isinstance(step, flight.Load):
-        return error
-    return unavailable(error, key, type(step).__name__)
+class _Copy(NamedTuple):
+    pickled: bytes
+    deadline: float | None  # on the outage's clock; None: until Redis answers again
 
 
-def guard_unavailable(error: Exception, key: CacheKey) -> bool:
-    """Report that ``bloom=`` could not be asked; return True: the miss goes on to the loader
-    (under ``on_redis_error``), as if the item had been added."""
-    events.emit("redis_error", key=key.full, error=error)
-    logger.warning("stampede: the Bloom filter of %r could not be asked: %s", key.full, error)
-    return True
+class Outage:
+    """One cache's Redis outage as this process sees it: its copies and its log lines.
+
+    Thread-safe; one per cache and process, shared by its threads and event loops. ``name``
+    says which cache in the log (its ``LOCATION``); ``copies``: how many values are kept at most
+    (0: none, every caller loads while Redis fails).
+    """
+
+    def __init__(
+        self,
+        name: str = "Redis",
+        copies: int = COPIES,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._copies: LRUCache[Any, _Copy] | None = LRUCache(copies) if copies > 0 else None
+        self._down_since: float | None = None  # the first failure of the outage under way
+        self._failures = 0
+        self._log = FailureLog(
+            logger,
+            f"Redis of {name!r}" if name != "Redis" else "Redis",
+            then="callers get ON_REDIS_ERROR's answer until it answers again",
+            clock=clock,
+        )
+
+    def __repr__(self) -> str:
+        state = "down" if self._down_since is not None else "up"
+        kept = 0 if self._copies is None else len(self._copies)
+        return f"<Outage {self.name!r} {state}, {kept} kept>"
+
+    @property
+    def down(self) -> bool:
+        """True from a failure until Redis answers again."""
+        return self._down_since is not None
+
+    # -- failures and answers -------------------------------------------------------------------
+
+    def unavailable(self, error: Exception, key: CacheKey, during: str) -> flight.StoreUnavailable:
+        """Report the store's ``error`` during ``during`` of ``key``; return it for the protocol."""
+        events.emit("redis_error", key=key.full, error=error, during=during)
+        with self._lock:
+            new_outage = self._down_since is None
+            if new_outage:
+                self._down_since = self._clock()
+                self._failures = 0
+            self._failures += 1
+        self._log.failed(f"{during} of {key.full!r}: {error}", new_outage=new_outage)
+        return flight.StoreUnavailable(error)
+
+    def thrown_back(self, step: flight.Step, error: Exception, key: CacheKey) -> Exception:
+        """Return what to throw into the protocol for ``step``, which raised the store error
+        ``error``: a ``Load`` step's is the loader's own (unchanged), any other step's is an
+        outage (``StoreUnavailable``, reported)."""
+        if isinstance(step, flight.Load):
+            return error
+        return self.unavailable(error, key, type(step).__name__)
+
+    def guard_unavailable(self, error: Exception, key: CacheKey) -> bool:
+        """Report that ``bloom=`` could not be asked; return True: the miss goes on to the loader
+        (under ``on_redis_error``), as if the item had been added."""
+        self.unavailable(error, key, "the Bloom filter check")
+        return True
+
+    def answered(self) -> None:
+        """Note that Redis answered: an outage under way ends, and its copies are dropped.
+
+        On every successful read: one attribute test while Redis is up.
+        """
+        if self._down_since is None:
+            return
+        with self._lock:
+            since, self._down_since = self._down_since, None
+            if since is None:
+                return
+            failures = self._failures
+            if self._copies is not None:
+                self._copies.clear()
+        logger.warning(
+            "stampede: %s answers again after %.1f s and %d failed calls",
+            f"Redis of {self.name!r}" if self.name != "Redis" else "Redis",
+            self._clock() - since,
+            failures,
+        )
+
+    # -- copies ---------------------------------------------------------------------------------
+
+    def recall(self, full: Any) -> Any:
+        """Return this process's copy of ``full`` kept through the outage, or ``MISSING``."""
+        copies = self._copies
+        if copies is None:
+            return MISSING
+        with self._lock:
+            copy = copies.get(full)
+            if copy is None:
+                return MISSING
+            if copy.deadline is not None and self._clock() >= copy.deadline:
+                del copies[full]
+                return MISSING
+        events.emit("outage_served", key=full)
+        return pickle.loads(copy.pickled)
+
+    def keep(self, full: Any, value: Any, timeout: float | None) -> None:
+        """Keep ``value``, loaded while Redis failed, for ``timeout`` seconds (None: until Redis
+        answers again); a private result (``DontCache``) or a timeout of 0 keeps nothing."""
+        copies = self._copies
+        if copies is None or isinstance(value, DontCache) or (timeout is not None and timeout <= 0):
+            return
+        try:
+            pickled = pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+        except Exception:  # any value may refuse: it is then not kept
+            return
+        deadline = None if timeout is None else self._clock() + timeout
+        with self._lock:
+            if self._down_since is not None:  # Redis answered meanwhile: Redis has the say
+                copies[full] = _Copy(pickled, deadline)
+
+    def forget(self, fulls: Any) -> None:
+        """Drop the copies of ``fulls``: this process deleted or wrote them."""
+        copies = self._copies
+        if copies is None or not copies:
+            return
+        with self._lock:
+            for full in fulls:
+                copies.pop(full, None)

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple, Protocol
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .reconnect import Reconnects
+from ..core.reconnect import Reconnects
 from .redis_internals import own_connection_kwargs, single_attempt
 
 

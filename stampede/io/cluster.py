@@ -50,12 +50,12 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ..core.process import PerProcess
+from ..core.reconnect import Backoff, FailureLog
 from .channels import channel_name
 from .clients import connection_pool_of
 from .cluster_pubsub import pubsub_of
 from .listener import ACK_TIMEOUT, Notifier, Subscription
 from .notifier_base import Ack, SubscriptionBase
-from .reconnect import Backoff, FailureLog
 from .redis_internals import node_connection_kwargs, pool_of_node
 
 logger = logging.getLogger(__name__)

@@ -15,14 +15,15 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from . import redis_internals
+from . import deadlines, redis_internals
 
 
 def client_from_url(url: str) -> Any:
-    """Return a new ``redis.Redis`` for ``url`` (``redis://``, ``rediss://``, ``unix://``)."""
+    """Return a new ``redis.Redis`` for ``url`` (``redis://``, ``rediss://``, ``unix://``),
+    bounded (``deadlines``) where the URL's query does not say otherwise."""
     import redis
 
-    return redis.Redis.from_url(url)
+    return redis.Redis.from_url(url, **deadlines.bounded({}))
 
 
 def client_of_pool(pool: Any) -> Any:
@@ -45,8 +46,9 @@ def client_of_pool_copy(pool: Any, kwargs: dict[str, Any]) -> Any:
 
 def client_of_classes(client_class: Any, pool_class: Any, url: str, options: dict[str, Any]) -> Any:
     """Return a new ``client_class`` over a new ``pool_class.from_url(url, **options)``: a
-    client of classes chosen elsewhere (Django's ``RedisCache`` names its own)."""
-    return client_class(connection_pool=pool_class.from_url(url, **options))
+    client of classes chosen elsewhere (Django's ``RedisCache`` names its own), bounded
+    (``deadlines``) where ``options`` and the URL's query do not say otherwise."""
+    return client_class(connection_pool=pool_class.from_url(url, **deadlines.bounded(options)))
 
 
 def connection(connection_class: type, kwargs: dict[str, Any]) -> Any:
@@ -61,8 +63,9 @@ def connection(connection_class: type, kwargs: dict[str, Any]) -> Any:
 def async_twin_of_pool(pool: Any) -> Any:
     """Return a new ``redis.asyncio.Redis`` for the server of the sync ``pool``, or None.
 
-    Same host, database, AUTH and TLS; None when the pool's connection class has no asyncio
-    twin (the caller uses the sync path in a thread).
+    Same host, database, AUTH, TLS and timeouts (bounded by ``deadlines`` where the pool has
+    none); None when the pool's connection class has no asyncio twin (the caller uses the
+    sync path in a thread).
     """
     import redis.asyncio
     import redis.asyncio.connection as async_connection
@@ -71,6 +74,7 @@ def async_twin_of_pool(pool: Any) -> Any:
     if connection_class is None:
         return None
     kwargs = redis_internals.async_connection_kwargs(pool.connection_kwargs, connection_class)
+    kwargs = deadlines.bounded(kwargs, on_asyncio=True)
     async_pool = async_connection.BlockingConnectionPool(
         connection_class=connection_class, max_connections=async_pool_size(pool), **kwargs
     )
@@ -100,12 +104,16 @@ def sentinel_primary(
     """Return a new ``redis.Redis`` of the primary of ``service_name``, through ``sentinels``.
 
     ``manager``: the keyword arguments of redis-py's ``Sentinel`` (``min_other_sentinels``,
-    ``sentinel_kwargs``); ``master_kwargs``: those of its ``master_for``.
+    ``sentinel_kwargs``); ``master_kwargs``: those of its ``master_for``. The connections to
+    the primary and to the sentinels are bounded (``deadlines``) where the URL says nothing; a
+    primary's connection that died in a failover is retried once, on the primary the
+    sentinels name then.
     """
     from redis.sentinel import Sentinel
 
+    manager = _bounded_manager(manager, on_asyncio=False)
     master_for: Any = Sentinel(sentinels, **manager).master_for  # type: ignore[no-untyped-call]
-    return master_for(service_name, **master_kwargs)
+    return master_for(service_name, **deadlines.bounded(master_kwargs))
 
 
 def async_sentinel_primary(
@@ -118,9 +126,17 @@ def async_sentinel_primary(
     whose ``aclose`` also closes its connections to the sentinels."""
     from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 
+    manager = _bounded_manager(manager, on_asyncio=True)
     manager_of_loop = AsyncSentinel(sentinels, **manager)  # type: ignore[no-untyped-call]
     primary_class = _async_primary_class()
+    master_kwargs = deadlines.bounded(master_kwargs, on_asyncio=True)
     return manager_of_loop.master_for(service_name, redis_class=primary_class, **master_kwargs)
+
+
+def _bounded_manager(manager: dict[str, Any], *, on_asyncio: bool) -> dict[str, Any]:
+    """Return ``Sentinel``'s keyword arguments with its connections to the sentinels bounded."""
+    sentinel_kwargs = deadlines.bounded(manager.get("sentinel_kwargs") or {}, on_asyncio=on_asyncio)
+    return dict(manager, sentinel_kwargs=sentinel_kwargs)
 
 
 @functools.cache

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from ..core.reconnect import Reconnects
 from . import factory
 from .channels import (
     PLAIN,
@@ -31,7 +32,6 @@ from .channels import (
     listener_connection_kwargs,
     raised_again,
 )
-from .reconnect import Reconnects
 
 #: How long ``subscribe`` waits for Redis to confirm a subscription before giving up, when its
 #: caller gives no time of its own; the listener's reconnects are bounded by it too.

@@ -32,10 +32,10 @@ from redis.exceptions import RedisError, ResponseError
 
 from ..core.near import NearCache
 from ..core.process import PerProcess
+from ..core.reconnect import Reconnects
 from . import factory
 from .channels import ConnectTimeouts, listener_connection_kwargs
 from .clients import connection_pool_of
-from .reconnect import Reconnects
 from .redis_internals import block_reads
 
 logger = logging.getLogger(__name__)

@@ -22,8 +22,27 @@ from tests.django import workers
 REDIS_URL = "redis://127.0.0.1:6379/0"  # never connected to: checks do no I/O
 
 
+#: What bounds the wrapped cache's own Redis calls (else stampede.W005), by backing.
+DEADLINES = {
+    "django": {"socket_timeout": 1, "socket_connect_timeout": 1},
+    "django_redis": {"SOCKET_TIMEOUT": 1, "SOCKET_CONNECT_TIMEOUT": 1},
+}
+
+
 def stampede_caches(backing: str = "django", **options: Any) -> dict[str, Any]:
-    return workers.caches_config(REDIS_URL, backing, **options)
+    """Return CACHES: a StampedeCache with ``options`` over ``backing``, whose own Redis
+    calls have a deadline (as the README's set-up gives them)."""
+    setting = workers.caches_config(REDIS_URL, backing, **options)
+    if backing in DEADLINES:
+        setting["backing"]["OPTIONS"] = dict(DEADLINES[backing])
+    return setting
+
+
+def unbounded(backing: str = "django", url: str = REDIS_URL) -> dict[str, Any]:
+    """Return CACHES as a new user writes them: the wrapped cache with no ``OPTIONS``."""
+    setting = workers.caches_config(url, backing)
+    setting["backing"].pop("OPTIONS", None)
+    return setting
 
 
 def ids(messages) -> list[str]:
@@ -197,6 +216,13 @@ def test_the_check_reports_what_the_backend_refuses_at_run_time(settings):
         (stampede_caches(WAIT_TIMEOUT=0), "stampede.W002", "stampede protection is off"),
         (stampede_caches(BACKGROUND=True), "stampede.W003", "GRACE is 0"),
         (stampede_caches(LOCK_URL=REDIS_URL), "stampede.W004", "OPTIONS['LOCK_URL'] is ignored"),
+        (unbounded(), "stampede.W005", "no socket_timeout and socket_connect_timeout"),
+        (unbounded("django_redis"), "stampede.W005", "no SOCKET_TIMEOUT and SOCKET_CONNECT_TIME"),
+        (
+            unbounded(url=REDIS_URL + "?socket_connect_timeout=1"),
+            "stampede.W005",
+            "have no socket_timeout: while Redis is silent",
+        ),
     ],
     ids=lambda value: value if isinstance(value, str) and value.startswith("stampede.") else "",
 )
@@ -209,6 +235,16 @@ def test_each_warning_fires_on_its_setting_with_a_hint(
     assert messages[0].level == checks.WARNING
     assert in_message in messages[0].msg
     assert messages[0].hint
+
+
+def test_deadlines_in_the_url_or_the_pool_kwargs_are_deadlines(settings):
+    settings.CACHES = unbounded(url=REDIS_URL + "?socket_timeout=2&socket_connect_timeout=1")
+    assert check_caches(app_configs=None) == []
+    settings.CACHES = unbounded("django_redis")
+    settings.CACHES["backing"]["OPTIONS"] = {
+        "CONNECTION_POOL_KWARGS": {"socket_timeout": 1, "socket_connect_timeout": 1}
+    }
+    assert check_caches(app_configs=None) == []
 
 
 def test_lock_ttl_of_one_second_is_not_warned_about(settings):
@@ -261,5 +297,5 @@ def test_manage_py_check_shows_the_warnings(settings):
 def test_checks_open_no_connection_to_redis(settings, redis, redis_url):
     settings.CACHES = workers.caches_config(redis_url, LOCK_TTL=0.5)
     before = redis.info("stats")["total_connections_received"]
-    assert ids(check_caches(app_configs=None)) == ["stampede.W001"]
+    assert ids(check_caches(app_configs=None)) == ["stampede.W001", "stampede.W005"]
     assert redis.info("stats")["total_connections_received"] == before

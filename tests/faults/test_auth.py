@@ -159,7 +159,7 @@ def test_refused_credentials_raise_authentication_error(
         # ON_REDIS_ERROR="load" (the default): served by this process's own load, logged.
         value = timed(durations, "get_or_set", lambda: cache.get_or_set("k", lambda: "own", 60))
     assert value == "own"
-    assert f"stampede: Redis failed during Read of ':1:k': {message}" in caplog.text
+    assert f"failed (Read of ':1:k': {message}" in caplog.text
     with pytest.raises(refused, match=message):
         timed(durations, "get_or_load, on_redis_error=raise", lambda: cache.get_or_load(
             "k", lambda: "own", timeout=60, on_redis_error="raise"

@@ -24,7 +24,7 @@ from redis import asyncio as aioredis
 from redis.connection import AbstractConnection
 
 from stampede.aio import Mutex as AsyncMutex
-from stampede.io import reconnect
+from stampede.core import reconnect
 from stampede.io._async.notify import Notifier as AsyncNotifier
 from stampede.io._sync.notify import Notifier
 from stampede.lock._sync.mutex import Mutex

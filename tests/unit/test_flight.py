@@ -22,11 +22,13 @@ from stampede.core.flight import (
     UNREAD,
     Background,
     Commit,
+    Keep,
     Load,
     LockAttempt,
     Note,
     Peek,
     Read,
+    Recall,
     Serve,
     StoreUnavailable,
     Subscribe,
@@ -41,7 +43,7 @@ from stampede.core.flight import (
 from stampede.core.keys import CacheKey
 from stampede.core.missing import MISSING
 from stampede.core.options import FillOptions
-from stampede.core.outage import thrown_back
+from stampede.core.outage import Outage
 from stampede.core.private import DontCache
 from stampede.core.verdict import Verdict, fresh_value, judge
 from stampede.core.wakeup import (
@@ -217,6 +219,11 @@ def load_unlocked(value: Any) -> Step:
     return Step(Load(locked=False), send=value)
 
 
+def through_outage(value: Any, timeout: float | None = 60.0) -> list[Step]:
+    """Redis failed (on_redis_error="load"): no copy kept, load unlocked, keep what was loaded."""
+    return [Step(Recall(), send=MISSING), load_unlocked(value), Step(Keep(value, timeout))]
+
+
 def written(step: Commit) -> None:
     assert step.outcome == FILLED
     assert isinstance(step.record, Envelope)
@@ -273,7 +280,13 @@ CASES = {
         [lost()], returns="old", notes=["stale_served"], options=GRACE, seen=stale("old")
     ),
     "a failed read by the caller with on_redis_error='load' loads at once, unlocked": Case(
-        [load_unlocked("v")], returns="v", seen=UNAVAILABLE
+        through_outage("v"), returns="v", seen=UNAVAILABLE
+    ),
+    "a failed read finds the copy this process kept through the outage, and loads nothing": Case(
+        [Step(Recall(), send="kept")], returns="kept", seen=UNAVAILABLE
+    ),
+    "a loader's value during an outage is kept for the key's timeout, forever for none": Case(
+        through_outage("v", None), returns="v", seen=UNAVAILABLE, timeout=None
     ),
     "a failed read by the caller with on_redis_error='raise' raises the store's error": Case(
         [], raises=ConnectionError, options={"on_redis_error": "raise"}, seen=UNAVAILABLE
@@ -426,8 +439,8 @@ CASES = {
         options={"wait_timeout": 0.0},
     ),
     # -- the store failing (StoreUnavailable thrown in) ------------------------------------------
-    "a store failing at the Commit after a load still returns the value, noting nothing": Case(
-        [*MISS_THEN_WON, load("built"), commit(throw=UNAVAILABLE)],
+    "a store failing at the Commit after a load keeps the value, and returns it": Case(
+        [*MISS_THEN_WON, load("built"), commit(throw=UNAVAILABLE), Step(Keep("built", 60.0))],
         returns="built",
         options={"on_redis_error": "raise"},
     ),
@@ -584,7 +597,7 @@ def test_a_store_failing_at_any_step_of_a_miss_applies_on_redis_error(
 ):
     clock = FakeClock()
     options = FillOptions(on_redis_error=on_redis_error)
-    tail = [load_unlocked("uncached")] if on_redis_error == "load" else []
+    tail = through_outage("uncached") if on_redis_error == "load" else []
     script = [*script, Step(failing, throw=UNAVAILABLE), *tail]
 
     run = drive(fill("key", 60.0, options, clock.clock), script, clock)
@@ -603,7 +616,7 @@ def test_the_subscription_is_bounded_by_what_is_left_of_wait_timeout(spent, boun
         read(MISSING),
         Step(TryLock(), send=LockAttempt(False, 2.5), advance=spent),
         Step(Subscribe(bound), throw=UNAVAILABLE),
-        load_unlocked("uncached"),
+        *through_outage("uncached"),
     ]
 
     run = drive(fill("key", 60.0, options, clock.clock), script, clock)
@@ -791,11 +804,11 @@ def test_a_follower_times_out_only_while_its_leader_loads_under_the_lock(
 
 
 def test_a_store_error_is_an_outage_except_in_the_loaders_own_step():
-    key, error = CacheKey.of("k"), ConnectionError("gone")
-    assert thrown_back(Load(), error, key) is error  # the loader's data source: shared as is
+    key, error, outage = CacheKey.of("k"), ConnectionError("gone"), Outage()
+    assert outage.thrown_back(Load(), error, key) is error  # the loader's own: shared as is
     for step in (Read(), TryLock(), Subscribe(), Peek(), Wait(1.0), Commit(FILLED)):
-        outage = thrown_back(step, error, key)
-        assert isinstance(outage, StoreUnavailable) and outage.error is error
+        thrown = outage.thrown_back(step, error, key)
+        assert isinstance(thrown, StoreUnavailable) and thrown.error is error
 
 
 # -- XFetch: Envelope.wants_early_refresh ---------------------------------------------------

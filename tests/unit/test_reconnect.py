@@ -1,4 +1,4 @@
-"""The reconnect loops' pacing and logging (``stampede.io.reconnect``), on an injected clock.
+"""The reconnect loops' pacing and logging (``stampede.core.reconnect``), on an injected clock.
 
 The loops themselves are tested against real servers in ``tests/redis/test_reconnect.py``.
 """
@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from stampede.io.reconnect import Backoff, FailureLog, Reconnects
+from stampede.core.reconnect import Backoff, FailureLog, Reconnects
 
 
 class Clock:

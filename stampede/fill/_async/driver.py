@@ -19,13 +19,13 @@ from redis.exceptions import RedisError
 
 from ...core import events, flight
 from ...core.keys import CacheKey
-from ...core.outage import thrown_back
+from ...core.outage import Outage
 from ...core.port import AsyncFillLock, AsyncStore
 from .flights import call_loader, start_background
 
 logger = logging.getLogger(__name__)
 
-#: Errors of a store's own I/O: what ``on_redis_error`` is about (see ``outage.thrown_back``).
+#: Errors of a store's own I/O: what ``on_redis_error`` is about (see ``Outage.thrown_back``).
 STORE_ERRORS = (RedisError,)
 
 
@@ -45,6 +45,7 @@ class FlightIO:
         lock_ttl: float,
         serve: Callable[[Any], None],
         loading: Callable[[bool], None] = nobody,
+        outage: Outage | None = None,
     ) -> None:
         self.store = store
         self.key = key
@@ -52,6 +53,7 @@ class FlightIO:
         self.lock_ttl = lock_ttl
         self.serve = serve
         self.loading = loading  # told of each Load step: under the lock or not
+        self.outage = Outage() if outage is None else outage
         self._lock: AsyncFillLock | None = None  # made on the first lock step: a hit needs none
 
     @property
@@ -62,9 +64,13 @@ class FlightIO:
 
     async def perform(self, step: flight.Step) -> Any:
         if isinstance(step, flight.Read):
-            return await self.store.read(self.key)
+            record = await self.store.read(self.key)
+            self.outage.answered()
+            return record
         if isinstance(step, flight.TryLock):
-            return await self.lock.attempt()
+            attempt = await self.lock.attempt()
+            self.outage.answered()
+            return attempt
         if isinstance(step, flight.Subscribe):
             return await self.lock.subscribe(step.seconds)
         if isinstance(step, flight.Peek):
@@ -84,6 +90,10 @@ class FlightIO:
             return events.emit(step.event, key=self.key.full, duration=step.duration)
         if isinstance(step, flight.Background):
             return self._hand_over(step.refresh)
+        if isinstance(step, flight.Recall):
+            return self.outage.recall(self.key.full)
+        if isinstance(step, flight.Keep):
+            return self.outage.keep(self.key.full, step.value, step.timeout)
         raise TypeError(f"unknown protocol step {step!r}")
 
     async def _load(self, step: flight.Load) -> Any:
@@ -102,7 +112,9 @@ class FlightIO:
 
     def _hand_over(self, refresh: flight.Protocol) -> None:
         """Give the held lock to a background thread (task) that runs ``refresh``."""
-        heir = FlightIO(self.store, self.key, self.loader, self.lock_ttl, nobody)
+        heir = FlightIO(
+            self.store, self.key, self.loader, self.lock_ttl, nobody, outage=self.outage
+        )
         heir._lock = self._lock
         start_background(_refresh_in_background, refresh, heir)
         self._lock = None  # only once started: if the start fails, our close() releases it
@@ -127,7 +139,7 @@ async def drive(protocol: flight.Protocol, io: FlightIO) -> Any:
             try:
                 outcome = await io.perform(step)
             except STORE_ERRORS as exc:
-                error = thrown_back(step, exc, io.key)
+                error = io.outage.thrown_back(step, exc, io.key)
             except Exception as exc:
                 error = exc
     finally:
@@ -150,6 +162,9 @@ async def run_protocol(
     lock_ttl: float,
     serve: Callable[[Any], None] = nobody,
     loading: Callable[[bool], None] = nobody,
+    outage: Outage | None = None,
 ) -> Any:
-    """Return the result of ``protocol`` for ``key``, driven with ``store`` and ``loader``."""
-    return await drive(protocol, FlightIO(store, key, loader, lock_ttl, serve, loading))
+    """Return the result of ``protocol`` for ``key``, driven with ``store`` and ``loader``;
+    ``outage``: the cache's, which reports store errors and keeps values through them."""
+    io = FlightIO(store, key, loader, lock_ttl, serve, loading, outage)
+    return await drive(protocol, io)

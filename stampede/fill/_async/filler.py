@@ -35,7 +35,7 @@ from ...core.clock import SYSTEM_CLOCK, Clock
 from ...core.keys import CacheKey, Name
 from ...core.missing import MISSING
 from ...core.options import FillOptions
-from ...core.outage import guard_unavailable, unavailable
+from ...core.outage import Outage
 from ...core.port import AsyncStore, MissGuard
 from ...core.private import unwrap_private
 from ...core.reentry import refuse_reentry
@@ -57,6 +57,8 @@ class Filler:
             event loop); callers that must coalesce with each other (every thread's backend
             object of one cache) share one. Default: a group of this filler's own.
         near: the near cache in front of ``store`` (``NearReads``), if any.
+        outage: what reports the store's failures and keeps values through them
+            (``core.outage``); callers of one cache share one. Default: one of its own.
     """
 
     def __init__(
@@ -67,12 +69,14 @@ class Filler:
         clock: Clock = SYSTEM_CLOCK,
         flights: Flights | None = None,
         near: NearReads | None = None,
+        outage: Outage | None = None,
     ) -> None:
         self.store = store
         self.options = FillOptions() if options is None else options
         self.clock = clock
         self.flights = flight_group(flights)
         self.near = near
+        self.outage = Outage() if outage is None else outage
         self._first_read = first_read(store, near)
 
     def __repr__(self) -> str:
@@ -105,12 +109,15 @@ class Filler:
             copied = near.fresh(key.full, options, self.clock)
             if copied is not MISSING:
                 return unwrap_private(copied)
+        failed_read: flight.StoreUnavailable | None = None  # the hit read's, on an event loop
         # unasync: async only
         # On an event loop a hit is read before coalescing: the reads of one turn of the loop
         # go out as one command (``io/_async/batch.py``), so a cold key still costs the process one
         # read per turn, and a hit costs less than joining a flight (futures, a timer).
         early = await self._fresh_value(key, options)
-        if early is not MISSING:
+        if isinstance(early, flight.StoreUnavailable):
+            failed_read = early  # the leader does not read again: a silent Redis costs one wait
+        elif early is not MISSING:
             return unwrap_private(early)
         # unasync: end
         own = False  # True once this caller's own loader made the value (see DontCache)
@@ -123,20 +130,26 @@ class Filler:
             own = True
             clock = self.clock
             try:
+                if failed_read is not None:
+                    raise failed_read
                 seen = await self._first_read(key)
+            except flight.StoreUnavailable as unavailable:
+                seen = unavailable
+                verdict = None
             except STORE_ERRORS as exc:
-                seen = unavailable(exc, key, "Read")
+                seen = self.outage.unavailable(exc, key, "Read")
                 verdict = None
             else:
+                self.outage.answered()
                 verdict = judge(seen, clock.wall(), options, clock.random())
                 if verdict is Verdict.FRESH:
                     return value_of(seen)
                 if bloom is not None and verdict is Verdict.ABSENT:
-                    await refuse_unknown(bloom, key)
+                    await refuse_unknown(bloom, key, self.outage)
             protocol = flight.fill(key.full, timeout, options, clock, seen, verdict)
             with filling(key, near):
                 return await run_protocol(
-                    protocol, self.store, key, loader, options.lock_ttl, serve, marking
+                    protocol, self.store, key, loader, options.lock_ttl, serve, marking, self.outage
                 )
 
         async def on_follow_timeout(waited: float) -> Any:
@@ -144,24 +157,28 @@ class Filler:
             own = True
             protocol = flight.timed_out(key.full, waited, options)
             with filling(key, near):
-                return await run_protocol(protocol, self.store, key, loader, options.lock_ttl)
+                return await run_protocol(
+                    protocol, self.store, key, loader, options.lock_ttl, outage=self.outage
+                )
 
         value = await self.flights.run(key.full, lead, options.wait_timeout, on_follow_timeout)
         if flight.needs_own_load(value, own):
             with filling(key, near):
                 value = await run_protocol(
-                    flight.load_own(), self.store, key, loader, options.lock_ttl
+                    flight.load_own(), self.store, key, loader, options.lock_ttl, outage=self.outage
                 )
         return unwrap_private(value)
 
     # unasync: async only
     async def _fresh_value(self, key: CacheKey, options: FillOptions) -> Any:
         """Return the value of ``key`` if a read finds it fresh, else ``MISSING``: anything
-        else (stale, absent, early refresh, a store error) is the flight's to handle."""
+        else (stale, absent, early refresh) is the flight's to handle. A store error is
+        returned (``StoreUnavailable``, reported) for the flight's leader to apply."""
         try:
             seen = await self._first_read(key)
-        except STORE_ERRORS:
-            return MISSING
+        except STORE_ERRORS as exc:
+            return self.outage.unavailable(exc, key, "Read")
+        self.outage.answered()
         return fresh_value(seen, options, self.clock)
 
     # unasync: end
@@ -170,16 +187,17 @@ class Filler:
         """Void fills of ``keys`` in progress (their values must not be stored) and wake their
         waiters to load afresh. Deleting the values themselves is the caller's business."""
         named = [CacheKey.of(key) for key in keys]
+        self.outage.forget([key.full for key in named])
         if self.near is not None:
             self.near.forget([key.full for key in named])
         await self.store.invalidate(named)
 
 
-async def refuse_unknown(bloom: MissGuard, key: CacheKey) -> None:
+async def refuse_unknown(bloom: MissGuard, key: CacheKey, outage: Outage) -> None:
     """Raise ``NotFound`` if ``bloom`` never saw its item: the penetration guard's answer."""
     try:
         admitted = await bloom.aadmits()
     except STORE_ERRORS as exc:
-        admitted = guard_unavailable(exc, key)
+        admitted = outage.guard_unavailable(exc, key)
     if not admitted:
         raise NotFound(key.key, bloom.item)

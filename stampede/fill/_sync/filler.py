@@ -37,7 +37,7 @@ from ...core.clock import SYSTEM_CLOCK, Clock
 from ...core.keys import CacheKey, Name
 from ...core.missing import MISSING
 from ...core.options import FillOptions
-from ...core.outage import guard_unavailable, unavailable
+from ...core.outage import Outage
 from ...core.port import MissGuard, Store
 from ...core.private import unwrap_private
 from ...core.reentry import refuse_reentry
@@ -59,6 +59,8 @@ class Filler:
             event loop); callers that must coalesce with each other (every thread's backend
             object of one cache) share one. Default: a group of this filler's own.
         near: the near cache in front of ``store`` (``NearReads``), if any.
+        outage: what reports the store's failures and keeps values through them
+            (``core.outage``); callers of one cache share one. Default: one of its own.
     """
 
     def __init__(
@@ -69,12 +71,14 @@ class Filler:
         clock: Clock = SYSTEM_CLOCK,
         flights: Flights | None = None,
         near: NearReads | None = None,
+        outage: Outage | None = None,
     ) -> None:
         self.store = store
         self.options = FillOptions() if options is None else options
         self.clock = clock
         self.flights = flight_group(flights)
         self.near = near
+        self.outage = Outage() if outage is None else outage
         self._first_read = first_read(store, near)
 
     def __repr__(self) -> str:
@@ -107,6 +111,7 @@ class Filler:
             copied = near.fresh(key.full, options, self.clock)
             if copied is not MISSING:
                 return unwrap_private(copied)
+        failed_read: flight.StoreUnavailable | None = None  # the hit read's, on an event loop
         own = False  # True once this caller's own loader made the value (see DontCache)
 
         def lead(serve: Callable[[Any], None], marking: Callable[[bool], None]) -> Any:
@@ -117,20 +122,26 @@ class Filler:
             own = True
             clock = self.clock
             try:
+                if failed_read is not None:
+                    raise failed_read
                 seen = self._first_read(key)
+            except flight.StoreUnavailable as unavailable:
+                seen = unavailable
+                verdict = None
             except STORE_ERRORS as exc:
-                seen = unavailable(exc, key, "Read")
+                seen = self.outage.unavailable(exc, key, "Read")
                 verdict = None
             else:
+                self.outage.answered()
                 verdict = judge(seen, clock.wall(), options, clock.random())
                 if verdict is Verdict.FRESH:
                     return value_of(seen)
                 if bloom is not None and verdict is Verdict.ABSENT:
-                    refuse_unknown(bloom, key)
+                    refuse_unknown(bloom, key, self.outage)
             protocol = flight.fill(key.full, timeout, options, clock, seen, verdict)
             with filling(key, near):
                 return run_protocol(
-                    protocol, self.store, key, loader, options.lock_ttl, serve, marking
+                    protocol, self.store, key, loader, options.lock_ttl, serve, marking, self.outage
                 )
 
         def on_follow_timeout(waited: float) -> Any:
@@ -138,28 +149,33 @@ class Filler:
             own = True
             protocol = flight.timed_out(key.full, waited, options)
             with filling(key, near):
-                return run_protocol(protocol, self.store, key, loader, options.lock_ttl)
+                return run_protocol(
+                    protocol, self.store, key, loader, options.lock_ttl, outage=self.outage
+                )
 
         value = self.flights.run(key.full, lead, options.wait_timeout, on_follow_timeout)
         if flight.needs_own_load(value, own):
             with filling(key, near):
-                value = run_protocol(flight.load_own(), self.store, key, loader, options.lock_ttl)
+                value = run_protocol(
+                    flight.load_own(), self.store, key, loader, options.lock_ttl, outage=self.outage
+                )
         return unwrap_private(value)
 
     def invalidate(self, *keys: CacheKey | Name) -> None:
         """Void fills of ``keys`` in progress (their values must not be stored) and wake their
         waiters to load afresh. Deleting the values themselves is the caller's business."""
         named = [CacheKey.of(key) for key in keys]
+        self.outage.forget([key.full for key in named])
         if self.near is not None:
             self.near.forget([key.full for key in named])
         self.store.invalidate(named)
 
 
-def refuse_unknown(bloom: MissGuard, key: CacheKey) -> None:
+def refuse_unknown(bloom: MissGuard, key: CacheKey, outage: Outage) -> None:
     """Raise ``NotFound`` if ``bloom`` never saw its item: the penetration guard's answer."""
     try:
         admitted = bloom.admits()
     except STORE_ERRORS as exc:
-        admitted = guard_unavailable(exc, key)
+        admitted = outage.guard_unavailable(exc, key)
     if not admitted:
         raise NotFound(key.key, bloom.item)

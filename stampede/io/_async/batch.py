@@ -50,7 +50,9 @@ class ReadBatch:
     async def get_many(self, keys: Sequence[Any]) -> list[Any]:
         """Return the raw values of ``keys`` (None where absent), as ``MGET`` would."""
         asked = [self._join(self._gets, key) for key in keys]
-        return [await future for future in asked]
+        # gather: a failed batch fails each of them, and every error is retrieved, not only
+        # the first one awaited.
+        return list(await asyncio.gather(*asked))
 
     def exists(self, key: Any) -> asyncio.Future[Any]:
         """Return a future of ``EXISTS key`` (1 or 0), sent with this turn's."""

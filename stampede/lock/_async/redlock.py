@@ -30,9 +30,9 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from ...core import options as conf
+from ...core.reconnect import Backoff
 from ...io import scripts
 from ...io._async.notify import Subscription, notifier_for
-from ...io.reconnect import Backoff
 from .. import rules
 from .concurrency import ask_each, local_turn, sleep
 from .concurrency import quick_client as _quick_client

@@ -1,0 +1,146 @@
+"""What a process keeps through a Redis outage, and what it logs (``stampede.core.outage``),
+on an injected clock."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from stampede.core import events
+from stampede.core.flight import StoreUnavailable
+from stampede.core.keys import CacheKey
+from stampede.core.missing import MISSING
+from stampede.core.outage import Outage
+from stampede.core.private import DontCache
+
+KEY = CacheKey.of("k")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+def down(outage: Outage, during: str = "Read") -> StoreUnavailable:
+    return outage.unavailable(ConnectionError("refused"), KEY, during)
+
+
+def test_a_value_loaded_while_redis_fails_is_served_until_its_timeout(clock):
+    outage = Outage(clock=clock)
+    down(outage)
+    outage.keep("k", {"rows": [1, 2]}, 5.0)
+    clock.now += 4.99
+    first, second = outage.recall("k"), outage.recall("k")
+    assert first == second == {"rows": [1, 2]}
+    assert first is not second  # a copy each: one caller mutating its own changes nobody's
+    clock.now += 0.01
+    assert outage.recall("k") is MISSING
+
+
+def test_the_first_answer_after_an_outage_drops_every_copy(clock):
+    outage = Outage(clock=clock)
+    down(outage)
+    outage.keep("k", "v", None)
+    assert outage.recall("k") == "v"  # no timeout: kept until Redis answers
+    outage.answered()
+    assert not outage.down
+    assert outage.recall("k") is MISSING
+    outage.keep("k", "late", None)  # a load that ends after the answer: Redis has the say
+    assert outage.recall("k") is MISSING
+
+
+@pytest.mark.parametrize(
+    ("value", "timeout"),
+    [(DontCache("mine"), 60.0), ("v", 0.0), ("v", -1.0), (threading.Lock(), 60.0)],
+    ids=["a private result", "timeout 0", "a negative timeout", "a value pickle refuses"],
+)
+def test_what_must_not_be_shared_or_kept_is_not_kept(clock, value, timeout):
+    outage = Outage(clock=clock)
+    down(outage)
+    outage.keep("k", value, timeout)
+    assert outage.recall("k") is MISSING
+
+
+def test_copies_are_bounded_in_number_and_none_are_kept_with_zero(clock):
+    outage = Outage(copies=2, clock=clock)
+    down(outage)
+    for key in "abc":
+        outage.keep(key, key, 60.0)
+    assert [outage.recall(key) for key in "abc"] == [MISSING, "b", "c"]
+    none = Outage(copies=0, clock=clock)
+    down(none)
+    none.keep("a", "a", 60.0)
+    assert none.recall("a") is MISSING
+
+
+def test_a_write_or_delete_by_this_process_drops_its_copy(clock):
+    outage = Outage(clock=clock)
+    down(outage)
+    outage.keep("a", 1, 60.0)
+    outage.keep("b", 2, 60.0)
+    outage.forget(["a"])
+    assert outage.recall("a") is MISSING and outage.recall("b") == 2
+
+
+def test_every_failure_is_an_event_and_a_copy_served_is_one(clock):
+    seen: list[tuple[str, dict]] = []
+
+    def listener(event, **payload):
+        seen.append((event, payload))
+
+    events.listen(listener)
+    try:
+        outage = Outage(clock=clock)
+        error = ConnectionError("refused")
+        thrown = outage.unavailable(error, KEY, "Commit")
+        outage.keep("k", "v", 60.0)
+        outage.recall("k")
+    finally:
+        events.unlisten(listener)
+    assert isinstance(thrown, StoreUnavailable) and thrown.error is error
+    assert seen == [
+        ("redis_error", {"key": "k", "error": error, "during": "Commit"}),
+        ("outage_served", {"key": "k"}),
+    ]
+
+
+def test_an_outage_is_logged_once_then_at_a_bounded_rate_and_its_end_once(clock, caplog):
+    outage = Outage("default", clock=clock)
+    with caplog.at_level(logging.WARNING, logger="stampede.core.outage"):
+        for _ in range(1000):  # a busy site: a thousand failed calls in the first second
+            down(outage)
+        clock.now += 31.0
+        down(outage, "Commit")
+        outage.answered()
+        outage.answered()
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 3, lines
+    assert lines[0].startswith("stampede: Redis of 'default' failed (Read of 'k': refused)")
+    assert "999 more failures not logged" in lines[1] and "Commit of 'k'" in lines[1]
+    assert lines[2] == (
+        "stampede: Redis of 'default' answers again after 31.0 s and 1001 failed calls"
+    )
+
+
+def test_a_new_outage_after_an_answer_is_logged_at_once(clock, caplog):
+    outage = Outage(clock=clock)
+    with caplog.at_level(logging.WARNING, logger="stampede.core.outage"):
+        down(outage)
+        outage.answered()
+        clock.now += 1.0
+        down(outage)
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
+        "stampede: Redis failed",
+        "stampede: Redis answers again after 0.0 s and 1 failed calls",
+        "stampede: Redis failed",
+    ]
