@@ -72,7 +72,7 @@ class _Recorder(logging.Handler):
         _record(log_line(record.created, record.levelname, record.name, record.getMessage()))
 
 
-def _failed(event: str, **payload: Any) -> None:
+def _record_redis_error(event: str, **payload: Any) -> None:
     """Record each Redis failure of a fill (``redis_error``, with its step): the log says an
     outage once and then at a bounded rate, the events count every failed call."""
     if event == "redis_error":
@@ -89,7 +89,7 @@ def install_log_handlers() -> None:
     for handler in (_Recorder(logging.WARNING), logging.StreamHandler()):
         handler.setLevel(logging.WARNING)
         logger.addHandler(handler)
-    events.listen(_failed)
+    events.listen(_record_redis_error)
 
 
 class _Step:

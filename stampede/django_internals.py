@@ -40,7 +40,7 @@ from .fill._async.store import RedisStore as AsyncRedisStore
 from .fill._sync.backend_store import BackendStore
 from .fill._sync.store import RedisStore
 from .fill.fenced import FencedStore
-from .io import clients, factory
+from .io import clients, deadlines, factory
 from .io._async.loops import loop_state
 
 _REDIS_BACKENDS = {"django.core.cache.backends.redis.RedisCache", "django_redis.cache.RedisCache"}
@@ -219,8 +219,29 @@ def _django_redis_store(backend: Any) -> RedisStore | None:
         return None
     # django-redis keeps its connection pools per process already; its client's encode and
     # decode apply the configured serializer and compressor.
-    client = backend.client.get_client(write=True)
+    client = _bounded_twin(backend.client.get_client(write=True))
     return RedisStore(client, dumps=backend.client.encode, loads=backend.client.decode)
+
+
+def _bounded_twin(client: Any) -> Any:
+    """Return the process's client of ``client``'s server for the fills: over a copy of its
+    pool with a deadline and one retry of a dead connection where the pool has none
+    (``io.deadlines``), or ``client`` itself where its pool cannot be copied (a Sentinel's,
+    which ``stampede.W005`` asks to bound in the settings)."""
+    import redis
+
+    pool = client.connection_pool
+    if type(pool) not in (redis.ConnectionPool, redis.BlockingConnectionPool):
+        return client
+    kwargs = deadlines.bounded(pool.connection_kwargs)
+    identity = (
+        "django-redis",
+        type(pool).__name__,
+        pool.connection_class.__name__,
+        pool.max_connections,
+        tuple(sorted((name, repr(value)) for name, value in pool.connection_kwargs.items())),
+    )
+    return clients.shared(identity, lambda: factory.client_of_pool_copy(pool, kwargs))
 
 
 # -- the Celery guard's lock client ---------------------------------------------------------------

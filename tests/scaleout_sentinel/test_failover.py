@@ -79,8 +79,15 @@ def phase_figures(
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    "backing_options",
+    [
+        pytest.param({"SOCKET_TIMEOUT": 1, "SOCKET_CONNECT_TIMEOUT": 1}, id="deadlines-set"),
+        pytest.param({}, id="default-settings"),
+    ],
+)
 def test_primary_killed_mid_stampede_fails_over_and_protection_resumes(
-    own_sentinel_cluster, figure
+    own_sentinel_cluster, figure, backing_options
 ):
     """No caller hangs; after the failover the same processes load a cold key exactly once."""
     cluster = own_sentinel_cluster
@@ -88,7 +95,7 @@ def test_primary_killed_mid_stampede_fails_over_and_protection_resumes(
     callers = processes * threads
     setting = workers.sentinel_caches(
         cluster.addresses,
-        {"SOCKET_TIMEOUT": 1, "SOCKET_CONNECT_TIMEOUT": 1},
+        backing_options,
         WAIT_TIMEOUT=WAIT_TIMEOUT,
         LOCK_TTL=LOCK_TTL,
         ON_REDIS_ERROR="load",
