@@ -117,10 +117,11 @@ def fast_mget(client: Any) -> Callable[..., Any]:
     Most calls of a cache are hits, and a hit is one ``MGET`` of a value and its fill's meta.
     redis-py's generic command path (retry policy, observability hooks, response callbacks)
     costs a third of a hit's CPU; for a plain ``redis.Redis`` returning bytes this goes to the
-    connection directly. Any connection error (no connection to be had, or a pooled one the
+    connection directly. A connection error (no connection to be had, or a pooled one the
     server closed) falls back to ``client.mget``, once the failed connection is back in the
-    pool, so the client's own retry policy decides; any other client type simply gets
-    ``client.mget``.
+    pool, so the client's own retry policy decides; a timeout of the reply is raised at once
+    (``io.deadlines``: a silent Redis costs a call one deadline); any other client type simply
+    gets ``client.mget``.
     """
     import redis
     from redis.exceptions import ConnectionError as RedisConnectionError
@@ -138,7 +139,9 @@ def fast_mget(client: Any) -> Callable[..., Any]:
     def mget(*names: Any) -> Any:
         try:
             connection = pool.get_connection(*args)
-        except (RedisConnectionError, RedisTimeoutError, OSError):
+        except RedisTimeoutError:
+            raise  # the connect or its handshake timed out: once is the deadline
+        except (RedisConnectionError, OSError):
             return client.mget(names)
         try:
             connection.send_command("MGET", *names)
@@ -146,7 +149,12 @@ def fast_mget(client: Any) -> Callable[..., Any]:
         except ResponseError:
             pool.release(connection)
             raise
-        except (RedisConnectionError, RedisTimeoutError, OSError):
+        except RedisTimeoutError:
+            # A silent Redis: asking again would double the caller's deadline.
+            connection.disconnect()
+            pool.release(connection)
+            raise
+        except (RedisConnectionError, OSError):
             connection.disconnect()
             pool.release(connection)
             return client.mget(names)

@@ -24,7 +24,11 @@ keeps them; only what is absent (or ``None``) is filled in.
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 #: The connect and read deadline, in seconds, where the settings give none.
 DEADLINE = 1.0
@@ -69,3 +73,26 @@ def retry_once(errors: Any = None, *, on_asyncio: bool = False) -> dict[str, Any
 
         retry = Retry(NoBackoff(), 1, supported_errors=retried)
     return {"retry": retry, "retry_on_error": list(retried)}
+
+
+def of(client: Any) -> float:
+    """Return the read deadline of ``client``'s connections (``DEADLINE`` where it has none)."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None) or {}
+    seconds = kwargs.get("socket_timeout")
+    return DEADLINE if seconds is None else float(seconds)
+
+
+async def within(seconds: float, call: Awaitable[T]) -> T:
+    """Return what ``call`` returns, or raise redis's ``TimeoutError`` past ``seconds``.
+
+    For the asyncio calls that may wait for a pooled connection before their read begins:
+    the whole call, not each read, is bounded. A ``TimeoutError`` of redis's, so that it is a
+    store error like any other (``ON_REDIS_ERROR`` applies).
+    """
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    try:
+        return await asyncio.wait_for(call, seconds)
+    except asyncio.TimeoutError:
+        raise RedisTimeoutError(f"no answer from Redis within {seconds:g} s") from None

@@ -76,7 +76,10 @@ def async_twin_of_pool(pool: Any) -> Any:
     kwargs = redis_internals.async_connection_kwargs(pool.connection_kwargs, connection_class)
     kwargs = deadlines.bounded(kwargs, on_asyncio=True)
     async_pool = async_connection.BlockingConnectionPool(
-        connection_class=connection_class, max_connections=async_pool_size(pool), **kwargs
+        connection_class=connection_class,
+        max_connections=async_pool_size(pool),
+        timeout=kwargs["socket_timeout"],  # a task waits for a free connection that long at most
+        **kwargs,
     )
     return redis.asyncio.Redis(connection_pool=async_pool)
 

@@ -180,9 +180,9 @@ def test_a_silent_redis_costs_a_call_its_deadline_and_a_key_one_load(default_cac
     assert [value for value, _ in served] == [
         f"value:{KEYS[i % 2]}" for i in range(threads) for _ in range(rounds)
     ]
-    # A read's deadline (the connect's, for a new connection), then the load: never more
-    # than twice the deadline and the load, whatever the machine.
-    assert max(took for _, took in served) < 2 * DEADLINE + LOAD_S + 5.0
+    # One deadline (a read's, or a new connection's connect and handshake: never both, never
+    # a retry of a timeout), then the load; the slack only keeps a slow machine from failing.
+    assert max(took for _, took in served) < DEADLINE + LOAD_S + 5.0
     assert loads.calls == {KEYS[0]: 1, KEYS[1]: 1}
     assert set(failures(seen)) <= {"Read", "TryLock", "Subscribe", "Peek", "Wait", "Commit"}
 
@@ -217,7 +217,7 @@ def test_a_silent_redis_costs_an_async_call_its_deadline_and_a_key_one_load(defa
     assert sorted(value for value, _ in served) == sorted(
         f"value:{KEYS[i % 2]}" for i in range(tasks) for _ in range(rounds)
     )
-    assert max(took for _, took in served) < 2 * DEADLINE + LOAD_S + 5.0
+    assert max(took for _, took in served) < DEADLINE + LOAD_S + 5.0
     assert loads.calls == {KEYS[0]: 1, KEYS[1]: 1}
 
 

@@ -13,7 +13,8 @@ callers asked, so a caller sees every write that completed before it asked, exac
 Rule: each caller decodes its own copy of the bytes (a value is never one object shared by two
 callers: one may change what it got).
 Rule: an error of the batch's command is every caller's error, raised where it awaits; a
-cancelled caller leaves the batch to the others.
+cancelled caller leaves the batch to the others. A batch takes at most the client's deadline,
+its wait for a pooled connection included (a silent Redis holds every connection it is given).
 Rule: not for Redis Cluster clients, whose keys of one batch may live in several slots: the
 caller reads on its own there (``batches``; ``reads_of`` answers either way).
 """
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...core.keys import meta_key
-from .. import clients, scripts
+from .. import clients, deadlines, scripts
 from .loops import loop_state
 
 #: Per key of a batch, the futures of the callers that asked for it.
@@ -37,6 +38,9 @@ class ReadBatch:
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        #: The most a batch takes, connection included (``io.deadlines``): the client's read
+        #: deadline bounds each read, not the wait for one of the pool's connections.
+        self.deadline = deadlines.of(client)
         self._gets: _Waiting = {}
         self._exists: _Waiting = {}
         self._near: _Waiting = {}
@@ -105,11 +109,10 @@ class ReadBatch:
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
-    @staticmethod
-    async def _answer(waiting: _Waiting, command: Any) -> None:
+    async def _answer(self, waiting: _Waiting, command: Any) -> None:
         keys = list(waiting)
         try:
-            replies = await command(keys)
+            replies = await deadlines.within(self.deadline, command(keys))
         except asyncio.CancelledError:
             for futures in waiting.values():
                 for future in futures:
@@ -146,6 +149,9 @@ class DirectReads:
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        #: The most a batch takes, connection included (``io.deadlines``): the client's read
+        #: deadline bounds each read, not the wait for one of the pool's connections.
+        self.deadline = deadlines.of(client)
 
     async def get(self, key: Any) -> Any:
         return await self.client.get(key)
