@@ -417,11 +417,18 @@ class StampedeCache(BaseCache):
 
         Redis reports the write too, to every process; this one must not wait for it.
         """
+        self._unsure(keys, version)
+
+    def _unsure(self, keys: Any, version: Any, answer: Any = None) -> None:
+        """Drop this process's copies of ``keys`` (the near cache's, and those kept through an
+        outage): a call wrote them, or may have (it raised: a Redis gone mid-call may still
+        have applied it, and a delete that failed must not leave the value it meant to drop
+        to be served while Redis is away)."""
         fulls = [self._wrapped.make_key(key, version=version) for key in keys]
         near = self.near
         if near is not None:
             near.forget(fulls)
-        stores.outage(self._settings).forget(fulls)  # what was kept while Redis failed
+        self.filler.outage.forget(fulls)
 
     def _relived(self, keys: Any, version: Any, answer: Any = None) -> None:
         """A call changed the life of ``keys``' values: drop their meta and our copies."""
@@ -460,6 +467,7 @@ class StampedeCache(BaseCache):
     def _cleared(self, keys: Any, version: Any, answer: Any = None) -> None:
         if self.near is not None:
             self.near.flush()
+        self.filler.outage.clear()
 
     def _named_key(self, key: Any, version: Any) -> CacheKey:
         """Return the key as :meth:`_key` does, for a key the wrapped cache has just validated.

@@ -128,9 +128,10 @@ def _warnings(
         names = " and ".join(missing)
         yield CheckWarning(
             f"{where} wraps CACHES[{location!r}], whose Redis connections have no {names}: "
-            "while Redis is silent (stopped, partitioned, its host gone), each of its calls "
-            "that StampedeCache hands over (get, set, delete, ...) waits as long as the "
-            "operating system keeps the connection, minutes. The fills do not: the "
+            "while Redis is silent (stopped, partitioned, its host gone), each of its sync "
+            "calls that StampedeCache hands over (get, set, delete, ...) waits as long as the "
+            "operating system keeps the connection, minutes. The fills and the native asyncio "
+            "calls do not: the "
             f"connections StampedeCache builds wait {deadlines.DEADLINE:g} s at most",
             hint=f"Set CACHES[{location!r}]['OPTIONS'] "
             + " and ".join(f"[{name!r}]" for name in missing)

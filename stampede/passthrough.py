@@ -122,7 +122,9 @@ def forward(
         version_at: the position of ``version`` after the first argument.
         then: the wrapper's bookkeeping, a method called as ``then(keys, version, answer)``;
             the async method awaits ``"_a" + then[1:]`` where the wrapper has one.
-        always: run ``then`` even when the wrapped cache raises (with answer None).
+        always: run ``then`` even when the wrapped cache raises (with answer None); otherwise
+            a call that raises runs ``_unsure(keys, version)``: whether it wrote is unknown,
+            and what this process kept of those keys must go.
         answer: applied to the wrapped cache's answer (``bool`` for ``has_key``).
     """
 
@@ -143,6 +145,8 @@ def forward(
         except BaseException:
             if always:
                 after(keys, version, None)
+            else:
+                self._unsure(keys, version)
             raise
         after(keys, version, found)
         return answer(found)
@@ -159,6 +163,8 @@ def forward(
         except BaseException:
             if always:
                 await after(keys, version, None)
+            else:
+                self._unsure(keys, version)
             raise
         await after(keys, version, found)
         return answer(found)

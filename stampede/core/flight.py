@@ -158,7 +158,8 @@ class Recall:
 @dataclass(frozen=True, slots=True)
 class Keep:
     """While Redis fails: keep ``value``, loaded meanwhile, for the callers that follow, at
-    most ``timeout`` seconds (None: until Redis answers again); send back None."""
+    most ``timeout`` seconds (None: until Redis answers again; 0 or less: not kept); send back
+    None."""
 
     value: Any
     timeout: float | None
@@ -254,10 +255,10 @@ def fill(
     except StoreUnavailable as unavailable:
         if options.on_redis_error == "raise":
             raise unavailable.error from None
-        return (yield from through_outage(timeout))
+        return (yield from through_outage(timeout, options))
 
 
-def through_outage(timeout: float | None) -> Protocol:
+def through_outage(timeout: float | None, options: FillOptions) -> Protocol:
     """Return the value of a key while Redis fails (``on_redis_error="load"``).
 
     In-process coalescing still holds (this flight is shared by the process's callers), and
@@ -268,7 +269,8 @@ def through_outage(timeout: float | None) -> Protocol:
     if kept is not MISSING:
         return kept
     value = yield Load(locked=False)
-    yield Keep(value, timeout)
+    soft, _ = expiries(timeout, value, options, 0.0)  # NONE_TIMEOUT applies, as to a fill
+    yield Keep(value, soft)
     return value
 
 
@@ -453,7 +455,7 @@ def refresh(
     try:
         written = yield Commit(FILLED, record, hard)
     except StoreUnavailable:
-        yield Keep(value, timeout)  # for the callers that follow while Redis fails
+        yield Keep(value, soft)  # for the callers that follow while Redis fails
         return value  # the lock expires by its TTL
     if not written:
         # Our lock expired or was taken while we loaded (or a delete() voided the load): the

@@ -20,8 +20,13 @@ Rule: copies, never shared objects. A value is kept as its pickle, and each call
 own object, as from Redis or the near cache; a value that cannot be pickled is not kept.
 
 Rule: an outage is logged once when it starts, then at most once per ``LOG_EVERY`` seconds
-(counting the failures left out), and once when Redis answers again; the ``redis_error``
-event still reports every failure, for metrics.
+(counting the failures left out), and once when Redis answers again; the ``redis_error`` event
+still reports every failure, for metrics. A failure within ``HEALTHY`` seconds of the last one
+belongs to the same outage, answered or not: a Redis that reads but refuses writes (out of
+memory, read-only after a failover) must not log two lines per request.
+
+Rule: a value is not kept if Redis answered again after its load began: a write made while
+Redis answered may have replaced it (the load began in an earlier outage, or before it).
 """
 
 from __future__ import annotations
@@ -30,16 +35,17 @@ import logging
 import pickle
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from cachetools import LRUCache
 
-from . import events, flight
+from . import events, flight, process
 from .keys import CacheKey
 from .missing import MISSING
 from .private import DontCache
-from .reconnect import FailureLog
+from .reconnect import HEALTHY, LOG_EVERY, FailureLog
 
 logger = logging.getLogger(__name__)
 
@@ -72,13 +78,22 @@ class Outage:
         self._lock = threading.Lock()
         self._copies: LRUCache[Any, _Copy] | None = LRUCache(copies) if copies > 0 else None
         self._down_since: float | None = None  # the first failure of the outage under way
+        self._last_failure: float | None = None
         self._failures = 0
+        self._answer_logged: float | None = None
+        self._answered_at: float | None = None  # the end of the last outage
         self._log = FailureLog(
             logger,
             f"Redis of {name!r}" if name != "Redis" else "Redis",
             then="callers get ON_REDIS_ERROR's answer until it answers again",
             clock=clock,
         )
+        _live.add(self)
+
+    @property
+    def kept(self) -> int:
+        """How many values are kept now."""
+        return 0 if self._copies is None else len(self._copies)
 
     def __repr__(self) -> str:
         state = "down" if self._down_since is not None else "up"
@@ -95,11 +110,15 @@ class Outage:
     def unavailable(self, error: Exception, key: CacheKey, during: str) -> flight.StoreUnavailable:
         """Report the store's ``error`` during ``during`` of ``key``; return it for the protocol."""
         events.emit("redis_error", key=key.full, error=error, during=during)
+        now = self._clock()
         with self._lock:
-            new_outage = self._down_since is None
-            if new_outage:
-                self._down_since = self._clock()
-                self._failures = 0
+            last, self._last_failure = self._last_failure, now
+            answered = self._down_since is None
+            new_outage = answered and (last is None or now - last >= HEALTHY)
+            if answered:
+                self._down_since = now
+                if new_outage:
+                    self._failures = 0
             self._failures += 1
         self._log.failed(f"{during} of {key.full!r}: {error}", new_outage=new_outage)
         return flight.StoreUnavailable(error)
@@ -125,17 +144,24 @@ class Outage:
         """
         if self._down_since is None:
             return
+        now = self._clock()
         with self._lock:
             since, self._down_since = self._down_since, None
             if since is None:
                 return
+            self._answered_at = now
             failures = self._failures
             if self._copies is not None:
                 self._copies.clear()
+            quiet = self._answer_logged is not None and now - self._answer_logged < LOG_EVERY
+            if not quiet:
+                self._answer_logged = now
+        if quiet:  # answers between failures, as often as requests: the failures' log says it
+            return
         logger.warning(
             "stampede: %s answers again after %.1f s and %d failed calls",
             f"Redis of {self.name!r}" if self.name != "Redis" else "Redis",
-            self._clock() - since,
+            now - since,
             failures,
         )
 
@@ -156,9 +182,16 @@ class Outage:
         events.emit("outage_served", key=full)
         return pickle.loads(copy.pickled)
 
-    def keep(self, full: Any, value: Any, timeout: float | None) -> None:
+    def began(self) -> float:
+        """Return the time a load begins, on this outage's clock (for :meth:`keep`)."""
+        return self._clock()
+
+    def keep(
+        self, full: Any, value: Any, timeout: float | None, began: float | None = None
+    ) -> None:
         """Keep ``value``, loaded while Redis failed, for ``timeout`` seconds (None: until Redis
-        answers again); a private result (``DontCache``) or a timeout of 0 keeps nothing."""
+        answers again); a private result (``DontCache``) or a timeout of 0 keeps nothing, and
+        neither does a load that ``began`` (:meth:`began`) before Redis last answered again."""
         copies = self._copies
         if copies is None or isinstance(value, DontCache) or (timeout is not None and timeout <= 0):
             return
@@ -168,8 +201,26 @@ class Outage:
             return
         deadline = None if timeout is None else self._clock() + timeout
         with self._lock:
-            if self._down_since is not None:  # Redis answered meanwhile: Redis has the say
-                copies[full] = _Copy(pickled, deadline)
+            since = self._down_since
+            if since is None:  # Redis answered meanwhile: Redis has the say
+                return
+            answered = self._answered_at
+            if began is not None and answered is not None and began < answered:
+                return  # Redis answered while it loaded: what it loaded may be replaced
+            copies[full] = _Copy(pickled, deadline)
+
+    def clear(self) -> None:
+        """Drop every copy: the cache was cleared."""
+        copies = self._copies
+        if copies is not None:
+            with self._lock:
+                copies.clear()
+
+    def _forget_in_child(self) -> None:
+        self._lock = threading.Lock()  # the parent's may have been held at the fork
+        self._down_since = self._last_failure = None
+        if self._copies is not None:
+            self._copies.clear()
 
     def forget(self, fulls: Any) -> None:
         """Drop the copies of ``fulls``: this process deleted or wrote them."""
@@ -179,3 +230,20 @@ class Outage:
         with self._lock:
             for full in fulls:
                 copies.pop(full, None)
+
+
+# Every outage of the process: a forked child starts with none of the parent's copies (they
+# are the parent's to serve) and its own lock.
+_live: weakref.WeakSet[Outage] = weakref.WeakSet()
+
+
+def _forget_all_in_child() -> None:
+    for outage in list(_live):
+        outage._forget_in_child()
+
+
+process.own(
+    "values kept through an outage",
+    forget=_forget_all_in_child,
+    held=lambda: sum(outage.kept for outage in list(_live)),
+)

@@ -57,6 +57,9 @@ class LockUnavailable(RedisConnectionError):
 class FencedStore(RedisStore):
     """Records of one cache in Redis; each fill locked by ``new_lock``; every write fenced."""
 
+    #: Only a read proves Redis answers (``core.outage``): the locks are elsewhere.
+    locks_in_redis = False
+
     def __init__(
         self,
         client: Any,

@@ -142,6 +142,8 @@ def fast_mget(client: Any) -> Callable[..., Any]:
         except RedisTimeoutError:
             raise  # the connect or its handshake timed out: once is the deadline
         except (RedisConnectionError, OSError):
+            if isinstance(pool, redis.BlockingConnectionPool):
+                raise  # no free connection within the pool's wait: asking again waits again
             return client.mget(names)
         try:
             connection.send_command("MGET", *names)

@@ -38,8 +38,14 @@ def client_of_pool_copy(pool: Any, kwargs: dict[str, Any]) -> Any:
     whose connections take ``kwargs`` (a copy with other timeouts: Redlock's quick clients)."""
     import redis
 
+    extra = {}
+    if isinstance(pool, redis.BlockingConnectionPool):
+        extra["timeout"] = pool.timeout  # the wait for a free connection is the pool's too
     copy = type(pool)(
-        connection_class=pool.connection_class, max_connections=pool.max_connections, **kwargs
+        connection_class=pool.connection_class,
+        max_connections=pool.max_connections,
+        **extra,
+        **kwargs,
     )
     return redis.Redis(connection_pool=copy)
 
@@ -75,11 +81,11 @@ def async_twin_of_pool(pool: Any) -> Any:
         return None
     kwargs = redis_internals.async_connection_kwargs(pool.connection_kwargs, connection_class)
     kwargs = deadlines.bounded(kwargs, on_asyncio=True)
+    # The wait for a free connection stays redis-py's: asyncio hands a released connection to
+    # whichever task asks first, so under a healthy load a task may wait past a read's deadline
+    # (the fills bound each step as a whole instead: ``fill/_async/concurrency.bounded``).
     async_pool = async_connection.BlockingConnectionPool(
-        connection_class=connection_class,
-        max_connections=async_pool_size(pool),
-        timeout=kwargs["socket_timeout"],  # a task waits for a free connection that long at most
-        **kwargs,
+        connection_class=connection_class, max_connections=async_pool_size(pool), **kwargs
     )
     return redis.asyncio.Redis(connection_pool=async_pool)
 

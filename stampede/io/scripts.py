@@ -58,7 +58,10 @@ ACQUIRE = Script(
 -- time has moved on since the last token was issued. So the fence key needs no eternal life.
 -- Cache fills skip it (three commands fewer per fill): their writes are checked against the
 -- lock's token inside Redis instead.
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+-- A lock already held by this very token is won: a call resent after its reply was lost
+-- (the client retries once on a broken connection) must not lose to itself.
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+    or redis.call('GET', KEYS[1]) == ARGV[1] then
   if ARGV[3] == '0' then
     return {1, 0}
   end
@@ -82,7 +85,9 @@ ACQUIRE_READ = Script(
 -- stored a value between the winner's first read and this attempt, so it goes straight to
 -- its loader when the key is still absent. A loser is not told the holder's TTL: it
 -- subscribes and then looks at the lock anyway (a release in between would go unheard).
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+-- A lock already held by this very token is won (a resent call: see ACQUIRE).
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+    or redis.call('GET', KEYS[1]) == ARGV[1] then
   local found = redis.call('MGET', KEYS[2], KEYS[3])
   return {1, found[1], found[2]}
 end

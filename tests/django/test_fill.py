@@ -116,10 +116,11 @@ def test_cold_stampede_waiters_do_not_poll_redis(redis, redis_url):
     assert loader_calls(redis) == 1
     assert total <= 10 * processes
     # One MGET (value and meta) per process (its flight's first read), one inside the winner's
-    # acquire; one GET inside its commit (the token check). Waiting processes read nothing
-    # after the wake-up: the small value came inside the message.
+    # acquire; one GET inside its commit (the token check), and one inside each waiting
+    # process's lost acquire (is the lock this very token's? a resent attempt wins). Waiting
+    # processes read nothing after the wake-up: the small value came inside the message.
     assert calls["mget"] == processes + 1
-    assert calls["get"] == 1
+    assert calls["get"] == 1 + (processes - 1)
 
 
 @pytest.mark.slow
@@ -133,7 +134,7 @@ def test_a_value_too_big_for_the_wake_up_message_is_read_once_per_waiting_proces
     assert loader_calls(redis) == 1
     # As above, plus one re-read from the primary by each waiting process.
     assert calls["mget"] == processes + 1 + (processes - 1)
-    assert calls["get"] == 1
+    assert calls["get"] == 1 + (processes - 1)
 
 
 # -- 3. the holder crashes ------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import signal
 import threading
 import time
@@ -27,6 +28,7 @@ from django.core.cache import caches
 from stampede.core import events
 from stampede.io.deadlines import DEADLINE
 from tests.django import workers
+from tests.helpers import wait_until
 
 KEYS = [f"report:{n}" for n in range(5)]
 LOAD_S = 0.05
@@ -387,3 +389,57 @@ def test_connections_an_event_loop_pooled_before_a_restart_fail_nothing(
     assert failures(after) == []
     assert loads.calls == dict.fromkeys(KEYS, 1)
     assert stored == len(KEYS)
+
+
+@pytest.mark.fault("Redis killed and restarted empty, default settings: the near cache")
+def test_the_near_cache_keeps_nothing_through_an_outage_and_is_true_again_after_it(
+    settings, start_redis, figure
+):
+    """No copy outlives the outage; the tracker re-arms after the restart and another
+    process's write reaches this one's copy."""
+    from tests.django.test_near import armed, kept, settled
+
+    server = start_redis()
+    settings.CACHES = workers.caches_config(server.url, NEAR_CACHE={"MAXSIZE": 100, "TTL": 60})
+    cache = caches["default"]
+    near = armed(cache)
+    cache.set("k", "before", 60)
+    assert kept(cache, "k") == "before"
+    loads = Loads()
+
+    restarted = restarted_empty(start_redis, server)
+    # The tracker saw its connection die: every copy is dropped (at the disarm, and again when
+    # it re-arms on the new server, whichever it has reached).
+    wait_until(lambda: near.lookup(cache.make_key("k")) is None, "the copy to be dropped")
+    began = time.monotonic()
+    near = armed(cache)
+    rearmed = time.monotonic() - began
+    value = cache.get_or_set("k", loads.sync("k"), 60)  # the restart emptied Redis: a load
+    with redis_py.Redis.from_url(restarted.url) as client:
+        client.set(cache.make_key("k"), pickle.dumps("written", pickle.HIGHEST_PROTOCOL))
+    settled(cache)
+
+    figure("re-armed after the restart", rearmed, "s")
+    assert value == "value:k" and loads.calls == {"k": 1}
+    assert cache.get("k") == "written"  # another process's write, seen through the copy
+
+
+@pytest.mark.fault("Redis killed, default settings: a delete while it is down")
+def test_a_delete_that_fails_while_redis_is_down_drops_the_kept_copy(default_cache, figure):
+    """The value the delete meant to drop is not served from the process's copy: the next
+    call loads again."""
+    cache, server = default_cache
+    server.process.kill()
+    server.process.wait()
+    loads = Loads()
+    assert cache.get_or_set("post:1", loads.sync("post:1"), 60) == "value:post:1"
+    assert cache.get_or_set("post:1", loads.sync("post:1"), 60) == "value:post:1"
+    kept_before = dict(loads.calls)
+    with pytest.raises(redis_py.exceptions.ConnectionError):
+        cache.delete("post:1")  # Django's RedisCache raises; whether it applied is unknown
+    assert cache.get_or_set("post:1", loads.sync("post:1"), 60) == "value:post:1"
+
+    figure("loader calls before the delete", kept_before["post:1"])
+    figure("loader calls after it", loads.calls["post:1"])
+    assert kept_before == {"post:1": 1}  # the second call was served the kept copy
+    assert loads.calls == {"post:1": 2}  # the delete dropped it: loaded again

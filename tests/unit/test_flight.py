@@ -288,6 +288,9 @@ CASES = {
     "a loader's value during an outage is kept for the key's timeout, forever for none": Case(
         through_outage("v", None), returns="v", seen=UNAVAILABLE, timeout=None
     ),
+    "a None loaded during an outage is kept for NONE_TIMEOUT, as a fill would store it": Case(
+        through_outage(None, 0.0), seen=UNAVAILABLE, returns=None, options={"none_timeout": 0}
+    ),
     "a failed read by the caller with on_redis_error='raise' raises the store's error": Case(
         [], raises=ConnectionError, options={"on_redis_error": "raise"}, seen=UNAVAILABLE
     ),

@@ -14,6 +14,7 @@ from stampede.core.keys import CacheKey
 from stampede.core.missing import MISSING
 from stampede.core.outage import Outage
 from stampede.core.private import DontCache
+from stampede.core.reconnect import HEALTHY
 
 KEY = CacheKey.of("k")
 
@@ -132,15 +133,50 @@ def test_an_outage_is_logged_once_then_at_a_bounded_rate_and_its_end_once(clock,
     )
 
 
-def test_a_new_outage_after_an_answer_is_logged_at_once(clock, caplog):
+def test_a_new_outage_after_a_quiet_stretch_is_logged_at_once(clock, caplog):
     outage = Outage(clock=clock)
     with caplog.at_level(logging.WARNING, logger="stampede.core.outage"):
         down(outage)
         outage.answered()
-        clock.now += 1.0
+        clock.now += HEALTHY
         down(outage)
     assert [r.getMessage().split(" (")[0] for r in caplog.records] == [
         "stampede: Redis failed",
         "stampede: Redis answers again after 0.0 s and 1 failed calls",
         "stampede: Redis failed",
     ]
+
+
+def test_a_redis_that_reads_but_refuses_writes_logs_no_line_per_request(clock, caplog):
+    """Out of memory, read-only after a failover: every request's read answers and its commit
+    fails. That is one outage, logged once, not two lines a request."""
+    outage = Outage(clock=clock)
+    with caplog.at_level(logging.WARNING, logger="stampede.core.outage"):
+        for _ in range(500):
+            outage.answered()
+            down(outage, "Commit")
+            clock.now += 0.01
+    assert len(caplog.records) == 2, [r.getMessage() for r in caplog.records]
+
+
+def test_a_load_that_began_before_redis_answered_again_is_not_kept(clock):
+    """It may hold what a write made while Redis answered has replaced."""
+    outage = Outage(clock=clock)
+    down(outage)
+    began = outage.began()
+    clock.now += 1.0
+    outage.answered()  # Redis answers; another process writes v2
+    clock.now += 1.0
+    down(outage)  # and fails again before the slow load returns v1
+    outage.keep("k", "v1", 60.0, began)
+    assert outage.recall("k") is MISSING
+    outage.keep("k", "v3", 60.0, outage.began())  # a load of this outage is kept
+    assert outage.recall("k") == "v3"
+
+
+def test_clear_drops_every_copy(clock):
+    outage = Outage(clock=clock)
+    down(outage)
+    outage.keep("a", 1, None)
+    outage.clear()
+    assert outage.recall("a") is MISSING and outage.kept == 0

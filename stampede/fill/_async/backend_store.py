@@ -34,6 +34,10 @@ logger = logging.getLogger(__name__)
 class BackendStore:
     """Records in the Django cache ``backend``; locks and wake-ups in ``lock_client``'s Redis."""
 
+    #: Only a lock attempt proves Redis answers (``core.outage``): reads go to the backend.
+    reads_redis = False
+    locks_in_redis = True
+
     def __init__(self, backend: Any, lock_client: Any) -> None:
         self.backend = backend
         self.client = lock_client

@@ -3,7 +3,8 @@
 The asyncio fill modules of this folder are the source of the sync ones in ``_sync/``
 (``.ci/unasync.py``); they call these names, and ``_sync/concurrency.py`` has the same names for
 threads. On an event loop a hit's read and a near cache's reads join the reads the loop's other
-tasks ask for in the same turn (``io/_async/batch.py``); a thread's go out on their own. The
+tasks ask for in the same turn (``io/_async/batch.py``); a thread's go out on their own. A store
+step is bounded as a whole on a loop (``bounded``), by its reads' deadline in a thread. The
 lock primitives the fills share with the mutex (the renewal) come from
 ``lock/_async/concurrency.py``.
 """
@@ -11,10 +12,23 @@ lock primitives the fills share with the mutex (the renewal) come from
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
+from ...io import deadlines
 from ...io._async import batch
 from ...io.clients import learn_slots
+
+T = TypeVar("T")
+
+
+async def bounded(call: Awaitable[T], seconds: float | None) -> T:
+    """Return what ``call`` returns, or raise redis's ``TimeoutError`` past ``seconds`` (None:
+    unbounded here, the step's own system bounds it): a store step's wait for one of the loop's
+    pooled connections counts toward its deadline (a silent Redis holds every connection it is
+    given). A thread's connection is its own: its twin has the read's deadline alone."""
+    if seconds is None:
+        return await call
+    return await deadlines.within(seconds, call)
 
 
 def fast_mget(client: Any) -> Callable[..., Awaitable[Any]]:

@@ -21,6 +21,8 @@ from ...core import events, flight
 from ...core.keys import CacheKey
 from ...core.outage import Outage
 from ...core.port import AsyncFillLock, AsyncStore
+from ...io import deadlines
+from .concurrency import bounded
 from .flights import call_loader, start_background
 
 logger = logging.getLogger(__name__)
@@ -54,6 +56,10 @@ class FlightIO:
         self.serve = serve
         self.loading = loading  # told of each Load step: under the lock or not
         self.outage = Outage() if outage is None else outage
+        self._load_began: float | None = None  # the last Load step's start (outage's clock)
+        self._deadline = deadlines.of(getattr(store, "client", None))  # each store step's bound
+        # A lock elsewhere (Redlock, ZooKeeper) is bounded by its own system's timeouts.
+        self._lock_deadline = self._deadline if getattr(store, "locks_in_redis", False) else None
         self._lock: AsyncFillLock | None = None  # made on the first lock step: a hit needs none
 
     @property
@@ -64,17 +70,19 @@ class FlightIO:
 
     async def perform(self, step: flight.Step) -> Any:
         if isinstance(step, flight.Read):
-            record = await self.store.read(self.key)
-            self.outage.answered()
+            record = await bounded(self.store.read(self.key), self._deadline)
+            if getattr(self.store, "reads_redis", False):
+                self.outage.answered()
             return record
         if isinstance(step, flight.TryLock):
-            attempt = await self.lock.attempt()
-            self.outage.answered()
+            attempt = await bounded(self.lock.attempt(), self._lock_deadline)
+            if getattr(self.store, "locks_in_redis", False):
+                self.outage.answered()
             return attempt
         if isinstance(step, flight.Subscribe):
             return await self.lock.subscribe(step.seconds)
         if isinstance(step, flight.Peek):
-            return await self.lock.peek()
+            return await bounded(self.lock.peek(), self._lock_deadline)
         if isinstance(step, flight.Wait):
             started = time.monotonic()
             wake = await self.lock.wait(step.seconds)
@@ -83,7 +91,8 @@ class FlightIO:
         if isinstance(step, flight.Load):
             return await self._load(step)
         if isinstance(step, flight.Commit):
-            return await self.lock.commit(step.outcome, step.record, step.ttl)
+            commit = self.lock.commit(step.outcome, step.record, step.ttl)
+            return await bounded(commit, self._lock_deadline)
         if isinstance(step, flight.Serve):
             return self.serve(step.value)
         if isinstance(step, flight.Note):
@@ -93,10 +102,11 @@ class FlightIO:
         if isinstance(step, flight.Recall):
             return self.outage.recall(self.key.full)
         if isinstance(step, flight.Keep):
-            return self.outage.keep(self.key.full, step.value, step.timeout)
+            return self.outage.keep(self.key.full, step.value, step.timeout, self._load_began)
         raise TypeError(f"unknown protocol step {step!r}")
 
     async def _load(self, step: flight.Load) -> Any:
+        self._load_began = self.outage.began()
         self.loading(step.locked)
         events.emit("load_started", key=self.key.full, locked=step.locked)
         started = time.monotonic()

@@ -78,6 +78,9 @@ class Filler:
         self.near = near
         self.outage = Outage() if outage is None else outage
         self._first_read = first_read(store, near)
+        # A first read proves Redis answers only where it goes there: not through a near
+        # cache (a copy answers), not from a non-Redis backing.
+        self._read_answers = near is None and getattr(store, "reads_redis", False)
 
     def __repr__(self) -> str:
         return f"<aio.Filler {self.store!r}>"
@@ -140,7 +143,8 @@ class Filler:
                 seen = self.outage.unavailable(exc, key, "Read")
                 verdict = None
             else:
-                self.outage.answered()
+                if self._read_answers:
+                    self.outage.answered()
                 verdict = judge(seen, clock.wall(), options, clock.random())
                 if verdict is Verdict.FRESH:
                     return value_of(seen)
@@ -178,7 +182,8 @@ class Filler:
             seen = await self._first_read(key)
         except STORE_ERRORS as exc:
             return self.outage.unavailable(exc, key, "Read")
-        self.outage.answered()
+        if self._read_answers:
+            self.outage.answered()
         return fresh_value(seen, options, self.clock)
 
     # unasync: end

@@ -46,6 +46,10 @@ class RedisStore:
     event loop for asyncio) and server (``stampede.io.clients``), never one per call.
     """
 
+    #: A read or a lock attempt that succeeds proves Redis answers (``core.outage``).
+    reads_redis = True
+    locks_in_redis = True
+
     def __init__(self, client: Any, *, dumps: Dumps = pickle.dumps, loads: Loads = pickle.loads):
         self.client = client
         self.dumps = dumps

@@ -9,9 +9,19 @@ mutex (the renewal) come from ``lock/_sync/concurrency.py``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from ...io.clients import fast_mget
+
+T = TypeVar("T")
+
+
+def bounded(call: T, seconds: float | None) -> T:
+    """Return ``call``, the step's result: a thread's store step is bounded by its connection's
+    own deadline (``io.deadlines``), the pool's connections never being waited for (the
+    asyncio twin bounds the step as a whole)."""
+    return call
+
 
 __all__ = ["fast_mget", "near_reader"]
 

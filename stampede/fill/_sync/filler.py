@@ -80,6 +80,9 @@ class Filler:
         self.near = near
         self.outage = Outage() if outage is None else outage
         self._first_read = first_read(store, near)
+        # A first read proves Redis answers only where it goes there: not through a near
+        # cache (a copy answers), not from a non-Redis backing.
+        self._read_answers = near is None and getattr(store, "reads_redis", False)
 
     def __repr__(self) -> str:
         return f"<Filler {self.store!r}>"
@@ -132,7 +135,8 @@ class Filler:
                 seen = self.outage.unavailable(exc, key, "Read")
                 verdict = None
             else:
-                self.outage.answered()
+                if self._read_answers:
+                    self.outage.answered()
                 verdict = judge(seen, clock.wall(), options, clock.random())
                 if verdict is Verdict.FRESH:
                     return value_of(seen)

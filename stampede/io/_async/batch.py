@@ -149,9 +149,6 @@ class DirectReads:
 
     def __init__(self, client: Any) -> None:
         self.client = client
-        #: The most a batch takes, connection included (``io.deadlines``): the client's read
-        #: deadline bounds each read, not the wait for one of the pool's connections.
-        self.deadline = deadlines.of(client)
 
     async def get(self, key: Any) -> Any:
         return await self.client.get(key)
