@@ -143,6 +143,18 @@ def restarted_empty(start_redis, server) -> Any:
     return start_redis(port=port)
 
 
+def nothing_lost(figure, cache: Any, url: str, after: list, loads: Loads) -> None:
+    """Assert what a restart must leave: no Redis call failed (no read met a dead pooled
+    connection, no commit was lost), each cold key loaded once, and stored."""
+    with redis_py.Redis.from_url(url) as client:
+        stored = client.exists(*(cache.make_key(key) for key in KEYS))
+    figure("failed Redis calls after the restart", len(failures(after)))
+    figure("loader calls after the restart", sum(loads.calls.values()), f"({len(KEYS)} keys)")
+    assert failures(after) == []
+    assert loads.calls == dict.fromkeys(KEYS, 1)
+    assert stored == len(KEYS)
+
+
 # -- a silent Redis ---------------------------------------------------------------------------
 
 
@@ -252,21 +264,15 @@ def test_a_killed_redis_costs_one_load_per_key_and_nothing_is_lost_after_its_res
         back = in_threads(
             lambda i: [cache.get_or_set(key, loads.sync(key), 60) for key in KEYS], threads
         )
-    with redis_py.Redis.from_url(restarted.url) as client:
-        stored = client.exists(*(cache.make_key(key) for key in KEYS))
 
     figure("loader calls while Redis was down", sum(outage_loads.values()), f"({len(KEYS)} keys)")
     figure("copies served while Redis was down", served_copies)
-    figure("failed Redis calls after the restart", len(failures(after)))
-    figure("loader calls after the restart", sum(loads.calls.values()), f"({len(KEYS)} keys)")
     expected = [f"value:{key}" for key in KEYS for _ in range(rounds)]
     assert [values for values, _ in down] == [expected] * threads
     assert outage_loads == dict.fromkeys(KEYS, 1)
     assert served_copies > 0
     assert [values for values, _ in back] == [[f"value:{key}" for key in KEYS]] * threads
-    assert failures(after) == []  # no read met a dead pooled connection, no commit was lost
-    assert loads.calls == dict.fromkeys(KEYS, 1)
-    assert stored == len(KEYS)
+    nothing_lost(figure, cache, restarted.url, after, loads)
 
 
 @pytest.mark.fault("Redis killed, default settings: asyncio tasks, then restarted empty")
@@ -311,8 +317,6 @@ def test_a_killed_redis_costs_async_callers_one_load_per_key_and_nothing_after_i
         }
 
     run = run_tasks(scenario)
-    with redis_py.Redis.from_url(restarted[0].url) as client:
-        stored = client.exists(*(cache.make_key(key) for key in KEYS))
     served_copies = sum(event == "outage_served" for event, _ in run["seen"])
 
     figure(
@@ -321,15 +325,11 @@ def test_a_killed_redis_costs_async_callers_one_load_per_key_and_nothing_after_i
         f"({len(KEYS)} keys)",
     )
     figure("copies served while Redis was down", served_copies)
-    figure("failed Redis calls after the restart", len(failures(run["after"])))
-    figure("loader calls after the restart", sum(loads.calls.values()), f"({len(KEYS)} keys)")
     expected = [f"value:{key}" for key in KEYS for _ in range(rounds)]
     assert run["down"] == [expected] * tasks and run["back"] == [expected] * tasks
     assert run["outage_loads"] == dict.fromkeys(KEYS, 1)
     assert served_copies > 0
-    assert failures(run["after"]) == []
-    assert loads.calls == dict.fromkeys(KEYS, 1)
-    assert stored == len(KEYS)
+    nothing_lost(figure, cache, restarted[0].url, run["after"], loads)
 
 
 @pytest.mark.fault("Redis restarted empty between two bursts, default settings: threads")
@@ -346,15 +346,8 @@ def test_connections_pooled_before_a_restart_fail_no_read_and_lose_no_commit(
         back = in_threads(
             lambda i: [cache.get_or_set(key, loads.sync(key), 60) for key in KEYS], threads
         )
-    with redis_py.Redis.from_url(restarted.url) as client:
-        stored = client.exists(*(cache.make_key(key) for key in KEYS))
-
-    figure("failed Redis calls after the restart", len(failures(after)))
-    figure("loader calls after the restart", sum(loads.calls.values()), f"({len(KEYS)} keys)")
     assert [values for values, _ in back] == [[f"value:{key}" for key in KEYS]] * threads
-    assert failures(after) == []
-    assert loads.calls == dict.fromkeys(KEYS, 1)
-    assert stored == len(KEYS)
+    nothing_lost(figure, cache, restarted.url, after, loads)
 
 
 @pytest.mark.fault("Redis restarted empty between two bursts, default settings: asyncio")
@@ -380,15 +373,8 @@ def test_connections_an_event_loop_pooled_before_a_restart_fail_nothing(
         return list(back), after
 
     back, after = run_tasks(scenario)
-    with redis_py.Redis.from_url(restarted[0].url) as client:
-        stored = client.exists(*(cache.make_key(key) for key in KEYS))
-
-    figure("failed Redis calls after the restart", len(failures(after)))
-    figure("loader calls after the restart", sum(loads.calls.values()), f"({len(KEYS)} keys)")
     assert back == [[f"value:{key}" for key in KEYS]] * tasks
-    assert failures(after) == []
-    assert loads.calls == dict.fromkeys(KEYS, 1)
-    assert stored == len(KEYS)
+    nothing_lost(figure, cache, restarted[0].url, after, loads)
 
 
 @pytest.mark.fault("Redis killed and restarted empty, default settings: the near cache")

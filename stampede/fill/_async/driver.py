@@ -21,6 +21,7 @@ from ...core import events, flight
 from ...core.keys import CacheKey
 from ...core.outage import Outage
 from ...core.port import AsyncFillLock, AsyncStore
+from ...core.wakeup import TIMED_OUT
 from ...io import deadlines
 from .concurrency import bounded
 from .flights import call_loader, start_background
@@ -85,7 +86,7 @@ class FlightIO:
             return await bounded(self.lock.peek(), self._lock_deadline)
         if isinstance(step, flight.Wait):
             started = time.monotonic()
-            wake = await self.lock.wait(step.seconds)
+            wake = await self._wait(step.seconds)
             events.emit("waited", key=self.key.full, duration=time.monotonic() - started)
             return wake
         if isinstance(step, flight.Load):
@@ -104,6 +105,25 @@ class FlightIO:
         if isinstance(step, flight.Keep):
             return self.outage.keep(self.key.full, step.value, step.timeout, self._load_began)
         raise TypeError(f"unknown protocol step {step!r}")
+
+    async def _wait(self, seconds: float) -> Any:
+        """Wait for the holder's wake-up at most ``seconds``, but no longer than a deadline once
+        this process has seen the cache's Redis fail meanwhile (``Outage.down``).
+
+        A silent Redis (stopped, partitioned) sends no wake-up and closes no connection: the
+        listener cannot tell. The other calls of the process can (their deadlines), and then a
+        waiter stops waiting; the protocol's next read meets the outage itself (or Redis,
+        which answered again). Between two deadlines the wait is on the subscription alone: a
+        wake-up that arrives meanwhile is returned by the next slice at once.
+        """
+        if self._deadline is None:
+            return await self.lock.wait(seconds)
+        ends = time.monotonic() + seconds
+        while True:
+            left = ends - time.monotonic()
+            wake = await self.lock.wait(min(left, self._deadline))
+            if wake is not TIMED_OUT or left <= self._deadline or self.outage.down:
+                return wake
 
     async def _load(self, step: flight.Load) -> Any:
         self._load_began = self.outage.began()
