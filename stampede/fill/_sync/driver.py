@@ -30,6 +30,9 @@ from .flights import call_loader, start_background
 
 logger = logging.getLogger(__name__)
 
+#: How much sooner than its slice a wait must end to be a wake-up, not the slice's end.
+EARLY_S = 0.001
+
 #: Errors of a store's own I/O: what ``on_redis_error`` is about (see ``Outage.thrown_back``).
 STORE_ERRORS = (RedisError,)
 
@@ -83,7 +86,11 @@ class FlightIO:
                 self.outage.answered()
             return attempt
         if isinstance(step, flight.Subscribe):
-            return self.lock.subscribe(step.seconds)
+            # A healthy Redis confirms in milliseconds; a silent one must not hold the waiter
+            # for what is left of its wait_timeout (the step's own bound).
+            bound = self._lock_deadline
+            seconds = step.seconds if bound is None else min(step.seconds or bound, bound)
+            return self.lock.subscribe(seconds)
         if isinstance(step, flight.Peek):
             return bounded(self.lock.peek(), self._lock_deadline)
         if isinstance(step, flight.Wait):
@@ -122,9 +129,14 @@ class FlightIO:
             return self.lock.wait(seconds)
         ends = time.monotonic() + seconds
         while True:
-            left = ends - time.monotonic()
-            wake = self.lock.wait(min(left, self._deadline))
-            if wake is not TIMED_OUT or left <= self._deadline or self.outage.down:
+            began = time.monotonic()
+            left = ends - began
+            slice_ = min(left, self._deadline)
+            wake = self.lock.wait(slice_)
+            # A wake-up without a message (the listener's connection broke) reads as TIMED_OUT
+            # too, but comes before the slice's end: the protocol must re-check Redis then.
+            early = time.monotonic() - began < slice_ - EARLY_S
+            if wake is not TIMED_OUT or early or left <= self._deadline or self.outage.down:
                 return wake
 
     def _load(self, step: flight.Load) -> Any:
