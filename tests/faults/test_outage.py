@@ -242,8 +242,7 @@ def test_a_silent_redis_costs_an_async_call_its_deadline_and_a_key_one_load(defa
 def test_a_killed_redis_costs_one_load_per_key_and_nothing_is_lost_after_its_restart(
     default_cache, start_redis, figure
 ):
-    """One load per key while Redis is down; after the restart no read fails, no commit is
-    lost, and each cold key loads once."""
+    """One load a key while down; after the restart no failed read, no lost commit, 1 load a key."""
     cache, server = default_cache
     warm_the_pools(cache)
     loads = Loads()
@@ -279,9 +278,10 @@ def test_a_killed_redis_costs_one_load_per_key_and_nothing_is_lost_after_its_res
 def test_a_killed_redis_costs_async_callers_one_load_per_key_and_nothing_after_its_restart(
     default_cache, start_redis, figure
 ):
-    """One load per key while Redis is down; after the restart no read fails, no commit is
-    lost, and each cold key loads once, on asyncio (one event loop throughout: its pools
-    hold the connections that died with the server)."""
+    """One load per key while down; after the restart no failed read or lost commit, 1 load a key.
+
+    On asyncio, one event loop throughout: its pools hold the connections that died with the
+    server."""
     cache, server = default_cache
     loads = Loads()
     tasks, rounds = 40, 3
@@ -354,8 +354,7 @@ def test_connections_pooled_before_a_restart_fail_no_read_and_lose_no_commit(
 def test_connections_an_event_loop_pooled_before_a_restart_fail_nothing(
     default_cache, start_redis, figure
 ):
-    """Every connection the loop pooled died with the old server; none fails a read or a
-    commit."""
+    """Every connection the loop pooled died with the old server; none fails a read or a commit."""
     cache, server = default_cache
     loads = Loads()
     tasks = 40
@@ -381,8 +380,7 @@ def test_connections_an_event_loop_pooled_before_a_restart_fail_nothing(
 def test_the_near_cache_keeps_nothing_through_an_outage_and_is_true_again_after_it(
     settings, start_redis, figure
 ):
-    """No copy outlives the outage; the tracker re-arms after the restart and another
-    process's write reaches this one's copy."""
+    """No copy outlives the outage; re-armed after the restart, another's write reaches it."""
     from tests.django.test_near import armed, kept, settled
 
     server = start_redis()
@@ -412,8 +410,7 @@ def test_the_near_cache_keeps_nothing_through_an_outage_and_is_true_again_after_
 
 @pytest.mark.fault("Redis killed, default settings: a delete while it is down")
 def test_a_delete_that_fails_while_redis_is_down_drops_the_kept_copy(default_cache, figure):
-    """The value the delete meant to drop is not served from the process's copy: the next
-    call loads again."""
+    """The value a failed delete meant to drop is not served from a copy: the next call loads."""
     cache, server = default_cache
     server.process.kill()
     server.process.wait()
