@@ -111,10 +111,13 @@ def parsed(location: Any, options: Any, configured: dict[str, Any]) -> CacheSett
     identity = (location, repr(options), repr(configured.get(location)))
     found = _parsed_settings.get(identity)
     if found is None:
-        found = CacheSettings.parse(location, options, configured)
+        parsed_now = CacheSettings.parse(location, options, configured)
         if len(_parsed_settings) >= _PARSED_MAX:
             _parsed_settings.clear()
-        _parsed_settings[identity] = found
+        # setdefault, atomic: threads that parse the same settings at once (a server's first
+        # requests) all get the one object kept, whose identity names what the process shares
+        # for them (the outage's copies, the store): a thread keeping its own would share none.
+        found = _parsed_settings.setdefault(identity, parsed_now)
     return found
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import threading
+import uuid
 from typing import Any
 
 import pytest
@@ -116,3 +118,27 @@ def test_forwarded_methods_show_their_parameters(name, parameters):
     assert list(inspect.signature(method).parameters) == parameters
     assert method.__name__ == name
     assert iscoroutinefunction(method) == name.startswith("a")
+
+
+def test_threads_building_a_cache_at_once_share_one_settings_and_one_outage(settings, redis_url):
+    """A server's first requests build the cache in many threads at once: they must all get
+    the one parsed settings object, under which the process shares its store and the values
+    kept through an outage (a thread with its own would keep and serve its own copies)."""
+    # Options no other test uses: nothing is parsed for them yet.
+    settings.CACHES = workers.caches_config(redis_url, GRACE=1 + uuid.uuid4().int % 1000)
+    threads = 16
+    start = threading.Barrier(threads)
+    built: list[object] = []
+
+    def build() -> None:
+        start.wait()
+        built.append(caches["default"])
+
+    pool = [threading.Thread(target=build) for _ in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join(30)
+    assert len(built) == threads
+    assert len({id(cache._settings) for cache in built}) == 1
+    assert len({id(cache.filler.outage) for cache in built}) == 1
