@@ -40,7 +40,6 @@ from .cache_settings import REDIS_URL_SCHEMES, parsed
 from .core import options as conf
 from .core.keys import CacheKey
 from .core.missing import MISSING
-from .core.private import unwrap_private
 from .core.reentry import refuse_reentry
 from .exceptions import NotFound
 from .fill._async import near as async_near
@@ -210,8 +209,7 @@ class StampedeCache(BaseCache):
         named = self._key(key, version)
         refuse_reentry(named.full)
         filler = self.filler
-        value = near.fresh(named.full, filler.options, filler.clock)
-        return MISSING if value is MISSING else unwrap_private(value)
+        return near.fresh(named.full, filler.options, filler.clock)
 
     def _async_filler(self) -> AsyncFiller | None:
         """Return the running loop's twin of :attr:`filler`, built once per loop.

@@ -24,6 +24,7 @@ from ..core.missing import MISSING
 from ..core.near import NearCache, Stamp
 from ..core.options import FillOptions
 from ..core.port import NearStore
+from ..core.private import unwrap_private
 from ..core.reentry import loading
 from ..core.verdict import fresh_value
 from ..io.tracking import tracker_for
@@ -51,10 +52,14 @@ class NearReads:
     def fresh(self, full: Any, options: FillOptions, clock: Clock) -> Any:
         """Return the value of this process's copy of ``full`` if it is fresh, else MISSING.
 
-        The fillers' first step: a fresh copy needs no coalescing, no Redis, no protocol.
+        The fillers' first step (and ``StampedeCache.get_or_set``'s, before it builds a fill
+        call): a fresh copy needs no coalescing, no Redis, no protocol.
         """
         copy = self.hit(full)
-        return MISSING if copy is MISSING else fresh_value(copy, options, clock)
+        if copy is MISSING:
+            return MISSING
+        value = fresh_value(copy, options, clock)
+        return MISSING if value is MISSING else unwrap_private(value)
 
     def begin(self) -> Stamp | None:
         """Return the stamp to take before reading Redis (None: keep nothing; see the rule)."""

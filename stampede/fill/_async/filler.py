@@ -111,7 +111,7 @@ class Filler:
         if near is not None:
             copied = near.fresh(key.full, options, self.clock)
             if copied is not MISSING:
-                return unwrap_private(copied)
+                return copied
         failed_read: flight.StoreUnavailable | None = None  # the hit read's, on an event loop
         # unasync: async only
         # On an event loop a hit is read before coalescing: the reads of one turn of the loop

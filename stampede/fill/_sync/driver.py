@@ -64,8 +64,11 @@ class FlightIO:
         self.outage = Outage() if outage is None else outage
         self._load_began: float | None = None  # the last Load step's start (outage's clock)
         self._deadline = deadlines.of(getattr(store, "client", None))  # each store step's bound
-        # A lock elsewhere (Redlock, ZooKeeper) is bounded by its own system's timeouts.
-        self._lock_deadline = self._deadline if getattr(store, "locks_in_redis", False) else None
+        # Which successful steps prove Redis answers (``core.outage``); a lock elsewhere
+        # (Redlock, ZooKeeper) is bounded by its own system's timeouts, not this deadline.
+        self._read_answers = getattr(store, "reads_redis", False)
+        self._lock_answers = getattr(store, "locks_in_redis", False)
+        self._lock_deadline = self._deadline if self._lock_answers else None
         self._lock: FillLock | None = None  # made on the first lock step: a hit needs none
 
     @property
@@ -77,12 +80,12 @@ class FlightIO:
     def perform(self, step: flight.Step) -> Any:
         if isinstance(step, flight.Read):
             record = bounded(self.store.read(self.key), self._deadline)
-            if getattr(self.store, "reads_redis", False):
+            if self._read_answers:
                 self.outage.answered()
             return record
         if isinstance(step, flight.TryLock):
             attempt = bounded(self.lock.attempt(), self._lock_deadline)
-            if getattr(self.store, "locks_in_redis", False):
+            if self._lock_answers:
                 self.outage.answered()
             return attempt
         if isinstance(step, flight.Subscribe):
@@ -125,8 +128,6 @@ class FlightIO:
         which answered again). Between two deadlines the wait is on the subscription alone: a
         wake-up that arrives meanwhile is returned by the next slice at once.
         """
-        if self._deadline is None:
-            return self.lock.wait(seconds)
         ends = time.monotonic() + seconds
         while True:
             began = time.monotonic()

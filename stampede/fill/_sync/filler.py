@@ -113,7 +113,7 @@ class Filler:
         if near is not None:
             copied = near.fresh(key.full, options, self.clock)
             if copied is not MISSING:
-                return unwrap_private(copied)
+                return copied
         failed_read: flight.StoreUnavailable | None = None  # the hit read's, on an event loop
         own = False  # True once this caller's own loader made the value (see DontCache)
 
