@@ -95,16 +95,30 @@ def test_a_worker_that_imported_another_stampede_is_named():
     assert baseline.wrong_source(no_import, "/tmp/base/stampede", required=True) is not None
 
 
-def test_exporting_a_revision_yields_its_package_and_removes_it_on_exit():
-    with baseline.exported("HEAD", ROOT) as base:
+def _repository_with_a_package(directory: Path) -> Path:
+    """A git repository of its own: the wheel legs run the tests from a tree that is not one."""
+    directory.mkdir()
+    _fake_stampede(directory)
+    (directory / "stampede" / "__init__.py").write_text("VERSION = 'exported'\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@127.0.0.1", "-C", str(directory)]
+    for command in (["init", "--quiet"], ["add", "stampede"], ["commit", "--quiet", "-m", "one"]):
+        subprocess.run([*git, *command], check=True, capture_output=True, timeout=60)
+    return directory
+
+
+def test_exporting_a_revision_yields_its_package_and_removes_it_on_exit(tmp_path):
+    repository = _repository_with_a_package(tmp_path / "repository")
+
+    with baseline.exported("HEAD", repository) as base:
         source = Path(base.source)
-        assert (source / "stampede" / "__init__.py").is_file()
+        exported = source / "stampede" / "__init__.py"
+        assert exported.read_text() == "VERSION = 'exported'\n"
         assert base.commit.startswith(base.short)
     assert not source.exists()
 
 
-def test_a_revision_that_is_not_a_commit_stops_the_invocation():
-    export = baseline.exported("no-such-revision-at-all", ROOT)
+def test_a_revision_that_is_not_a_commit_stops_the_invocation(tmp_path):
+    export = baseline.exported("no-such-revision-at-all", tmp_path)
     with pytest.raises(SystemExit, match="not a commit"), export:
         pass
 
