@@ -11,6 +11,7 @@ times only catch hangs (each call runs in a thread joined with a bound far above
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import pickle
 import signal
@@ -233,6 +234,81 @@ def test_a_silent_redis_costs_an_async_call_its_deadline_and_a_key_one_load(defa
     )
     assert max(took for _, took in served) < DEADLINE + LOAD_S + 5.0
     assert loads.calls == {KEYS[0]: 1, KEYS[1]: 1}
+
+
+class Timeline(logging.Handler):
+    """What happened, in order: the test's own marks and the warnings of the fill locks."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.marks: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "releasing" in record.getMessage():
+            self.marks.append("release failed")
+
+    @contextmanager
+    def watching(self) -> Iterator[Timeline]:
+        fill_logs = logging.getLogger("stampede.fill")
+        fill_logs.addHandler(self)
+        try:
+            yield self
+        finally:
+            fill_logs.removeHandler(self)
+
+
+def stopping(server: Any, value: str) -> Callable[[], str]:
+    """A loader that makes ``server`` silent while it loads: its holder's commit times out."""
+
+    def load() -> str:
+        os.kill(server.process.pid, signal.SIGSTOP)
+        return value
+
+    return load
+
+
+@pytest.mark.fault("Redis silent from inside the load, default settings: threads")
+def test_a_holder_whose_commit_timed_out_returns_before_its_lock_is_released(default_cache):
+    """The commit met the silent Redis (one deadline); the release is not awaited for a second:
+    the call returns with its value first, and the release ends on its own, in the background."""
+    cache, server = default_cache
+    try:
+        with Timeline().watching() as timeline:
+            [(value, _)] = in_threads(
+                lambda _: cache.get_or_set("report", stopping(server, "fresh"), 60), 1
+            )
+            timeline.marks.append("returned")
+            wait_until(lambda: "release failed" in timeline.marks, "the release to fail")
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+
+    assert value == "fresh"
+    assert timeline.marks == ["returned", "release failed"]
+
+
+@pytest.mark.fault("Redis silent from inside the load, default settings: asyncio")
+def test_an_async_holder_whose_commit_timed_out_returns_before_its_lock_is_released(
+    default_cache,
+):
+    """The asyncio twin: the release is a task of its own, the call does not await it."""
+    cache, server = default_cache
+    loader = stopping(server, "fresh")
+
+    async def scenario() -> tuple[str, list[str]]:
+        with Timeline().watching() as timeline:
+            value = await cache.aget_or_set("report", loader, 60)
+            timeline.marks.append("returned")
+            while "release failed" not in timeline.marks:
+                await asyncio.sleep(0.01)  # the test's poll: the background task runs meanwhile
+        return value, timeline.marks
+
+    try:
+        value, marks = run_tasks(scenario)
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+
+    assert value == "fresh"
+    assert marks == ["returned", "release failed"]
 
 
 # -- a killed Redis, restarted empty ----------------------------------------------------------

@@ -68,6 +68,7 @@ class FlightIO:
         self._lock_answers = getattr(store, "locks_in_redis", False)
         self._lock_deadline = self._deadline if self._lock_answers else None
         self._lock: AsyncFillLock | None = None  # made on the first lock step: a hit needs none
+        self._store_failed = False  # a step of this flight met a store error (see ``close``)
 
     @property
     def lock(self) -> AsyncFillLock:
@@ -162,10 +163,29 @@ class FlightIO:
         start_background(_refresh_in_background, refresh, heir)
         self._lock = None  # only once started: if the start fails, our close() releases it
 
+    def failed(self, step: flight.Step, error: Exception) -> Exception:
+        """Return what to throw into the protocol for ``step``, which raised the store error
+        ``error`` (``Outage.thrown_back``); a step other than the loader's marks the flight as
+        one that met a failing store."""
+        if not isinstance(step, flight.Load):
+            self._store_failed = True
+        return self.outage.thrown_back(step, error, self.key)
+
     async def close(self) -> None:
-        """Release what the flight still holds: after an interrupt, or a step that raised."""
-        if self._lock is not None:
-            await self._lock.close()
+        """Release what the flight still holds: after an interrupt, or a step that raised.
+
+        After a store error the release goes to the background: a silent Redis would make it
+        cost the caller a second deadline, after its answer was already decided (the commit
+        that timed out). The lock is still released as soon as Redis answers, or expires by its
+        TTL if it does not; the waiters meanwhile are bounded by their own deadlines.
+        """
+        lock, self._lock = self._lock, None
+        if lock is None:
+            return
+        if self._store_failed:
+            start_background(_close_in_background, lock)
+        else:
+            await lock.close()
 
 
 async def drive(protocol: flight.Protocol, io: FlightIO) -> Any:
@@ -182,7 +202,7 @@ async def drive(protocol: flight.Protocol, io: FlightIO) -> Any:
             try:
                 outcome = await io.perform(step)
             except STORE_ERRORS as exc:
-                error = io.outage.thrown_back(step, exc, io.key)
+                error = io.failed(step, exc)
             except Exception as exc:
                 error = exc
     finally:
@@ -195,6 +215,13 @@ async def _refresh_in_background(refresh: flight.Protocol, io: FlightIO) -> None
         await drive(refresh, io)
     except Exception:
         logger.exception("stampede: background refresh of %r failed", io.key.full)
+
+
+async def _close_in_background(lock: AsyncFillLock) -> None:
+    try:
+        await lock.close()  # a lock logs its own failed release: it expires by its TTL
+    except Exception:
+        logger.exception("stampede: releasing a lock in the background failed")
 
 
 async def run_protocol(

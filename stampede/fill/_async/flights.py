@@ -72,12 +72,12 @@ async def call_loader(loader: Callable[[], Any]) -> Any:
     return value
 
 
-# The background refreshes, held until they end: a task nobody references may be collected.
+# Background refreshes and releases, held until they end: an unreferenced task may be collected.
 _background: set[asyncio.Task[None]] = set()
 
 
 def start_background(run: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
-    """Run ``run(*args)`` in a task of its own, the refresh that nobody waits for."""
+    """Run ``run(*args)`` in a task of its own: a refresh, or a release, nobody waits for."""
     task = asyncio.get_running_loop().create_task(run(*args))
     _background.add(task)
     task.add_done_callback(_background.discard)

@@ -37,5 +37,5 @@ def call_loader(loader: Callable[[], Any]) -> Any:
 
 
 def start_background(run: Callable[..., Any], *args: Any) -> None:
-    """Run ``run(*args)`` in a daemon thread of its own, the refresh that nobody waits for."""
-    threading.Thread(target=run, args=args, name="stampede-refresh", daemon=True).start()
+    """Run ``run(*args)`` in a daemon thread: a refresh, or a release, nobody waits for."""
+    threading.Thread(target=run, args=args, name="stampede-background", daemon=True).start()
