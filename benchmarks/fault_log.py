@@ -44,6 +44,8 @@ WINDOW_S = 5.0
 RECOVERY_STEP_S = 0.1
 #: The failed steps counted as "failed reads" and "lost commits".
 READ, COMMIT = "Read", "Commit"
+#: How many of those (the first after the return) a row keeps as samples (``failed_after_sample``).
+AFTER_SAMPLES = 5
 
 _STEP = re.compile(r"\bduring (\w+)\b")
 
@@ -57,11 +59,13 @@ class Request:
 
 @dataclass(frozen=True)
 class Event:
-    """A failure at ``time``: a view's exception or a logged warning, at ``step``."""
+    """A failure at ``time``: a view's exception or a logged warning, at ``step``; ``start`` is
+    when the failed request began (a view's exception), None for a logged line."""
 
     time: float
     step: str
     what: str
+    start: float | None = None
 
 
 @dataclass
@@ -79,7 +83,7 @@ class Records:
         for request in self.requests:
             if request.outcome.startswith("error:"):
                 _, step, kind = request.outcome.split(":", 2)
-                found.append(Event(request.end, step, kind))
+                found.append(Event(request.end, step, kind, request.start))
         return found
 
 
@@ -179,6 +183,25 @@ def count_after(events: list[Event], since: float, step: str | None = None) -> i
     return sum(1 for e in events if e.time >= since and (step is None or e.step == step))
 
 
+def samples_after(events: list[Event], since: float, steps: Iterable[str]) -> list[dict[str, Any]]:
+    """Return the first ``AFTER_SAMPLES`` events at or after ``since`` of ``steps``: when each
+    came (``at_s``) and, for a view's exception, when its request began (``started_s``), in
+    seconds from ``since``, with its step and text; a sample says whether a failure counted
+    after the return began before it (a call Redis failed just before it answered again)."""
+    wanted = set(steps)
+    found = [e for e in events if e.time >= since and e.step in wanted]
+    found.sort(key=lambda e: e.time)
+    return [
+        {
+            "at_s": round(e.time - since, 4),
+            "started_s": None if e.start is None else round(e.start - since, 4),
+            "step": e.step,
+            "what": e.what[:200],
+        }
+        for e in found[:AFTER_SAMPLES]
+    ]
+
+
 def per_second(times: list[float], start: float, end: float) -> list[int]:
     """Return the calls in each whole second from ``start`` until ``end``."""
     buckets = [0] * max(0, math.ceil(end - start))
@@ -197,7 +220,8 @@ def figures(
     run's start), *during* the outage itself, *after* the ``WINDOW_S`` from Redis answering
     again (or less, to the run's end). Failed reads and lost commits are counted from Redis
     answering again to the end of the records: the view's exceptions at those steps plus the
-    stampede warnings that name them. ``unfinished`` counts the requests that began before
+    stampede warnings that name them; ``failed_after_sample`` keeps the first few of them
+    (``samples_after``). ``unfinished`` counts the requests that began before
     Redis answered again and were still running when the run ended (wrk never saw them end).
     """
     loads, errors, warnings = records.loads, records.errors, records.warnings
@@ -223,6 +247,7 @@ def figures(
         + count_after(warnings, fault_end, READ),
         "lost_commits_after": count_after(errors, fault_end, COMMIT)
         + count_after(warnings, fault_end, COMMIT),
+        "failed_after_sample": samples_after(errors + warnings, fault_end, (READ, COMMIT)),
         "warnings": len(warnings),
         "warnings_after": count_after(warnings, fault_end),
         "warning_steps": _tally(e.step for e in warnings),

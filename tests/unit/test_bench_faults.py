@@ -43,7 +43,7 @@ def test_lines_written_by_the_site_parse_back_and_a_cut_line_is_skipped():
         ("Read", "stampede: Redis failed during Read of 'k'"),
         ("-", "listener failed"),
     ]
-    assert records.errors == [Event(T0 + 1.2, "Commit", "ConnectionError")]
+    assert records.errors == [Event(T0 + 1.2, "Commit", "ConnectionError", T0 + 1)]
 
 
 def test_a_protected_cache_loads_once_per_key_per_window():
@@ -110,6 +110,40 @@ def test_failed_reads_and_lost_commits_count_after_the_return_from_the_view_and_
     assert figures["loads_before"] == 1.0
     assert figures["longest_in_outage_ms"] == 1000.0
     assert sum(figures["loads_per_second"]) == figures["loads_total"]
+
+
+def test_the_first_failures_counted_after_the_return_are_kept_with_their_times():
+    records = fault_log.Records(
+        requests=[
+            Request(T0 + 11.9, T0 + 12.01, "error:Read:ConnectionError"),  # began in the outage
+            Request(T0 + 9, T0 + 10, "error:Read:ConnectionError"),  # during: not a sample
+        ],
+        warnings=[
+            Event(T0 + 12.5, "Commit", "Redis failed during Commit of 'k'"),
+            Event(T0 + 12.002, "Read", "Redis failed during Read of 'k'"),
+            Event(T0 + 12.003, "-", "stampede: Redis answers again"),  # not a read or a commit
+            *(Event(T0 + 13 + i, "Read", f"late {i}") for i in range(fault_log.AFTER_SAMPLES)),
+        ],
+    )
+    figures = fault_log.figures(
+        records, run_start=T0, run_end=T0 + 20, fault_start=T0 + 8, fault_end=T0 + 12
+    )
+    sample = figures["failed_after_sample"]
+    assert figures["failed_reads_after"] == 2 + fault_log.AFTER_SAMPLES
+    assert len(sample) == fault_log.AFTER_SAMPLES
+    assert sample[0] == {
+        "at_s": 0.002,
+        "started_s": None,
+        "step": "Read",
+        "what": "Redis failed during Read of 'k'",
+    }
+    assert sample[1] == {
+        "at_s": 0.01,
+        "started_s": -0.1,
+        "step": "Read",
+        "what": "ConnectionError",
+    }
+    assert [s["step"] for s in sample[2:]] == ["Commit", "Read", "Read"]
 
 
 def test_wrk_max_latency_is_read_from_its_thread_stats():
