@@ -83,7 +83,7 @@ class Pair:
 #: ``<layer>/_async/<name>``.
 GENERATED: dict[str, tuple[str, ...]] = {
     "lock": ("mutex.py", "redlock.py"),
-    "fill": ("store.py", "backend_store.py", "filler.py", "driver.py"),
+    "fill": ("store.py", "backend_store.py", "filler.py", "driver.py", "stamps.py"),
 }
 
 #: Each layer's modules written twice by hand, under one name in ``_async/`` and ``_sync/``: what

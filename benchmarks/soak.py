@@ -406,8 +406,7 @@ def soft_expiry_of(payload: bytes) -> float | None:
     """
     from stampede.core import meta
 
-    parsed = meta.parse(monitor_unrepr(payload))
-    return None if parsed is None else parsed[0]
+    return meta.soft_expiry(monitor_unrepr(payload))
 
 
 class Auditor:
@@ -699,8 +698,8 @@ class _Epoch:
         options = [part.upper() for part in call[3:]]
         if op == b"SET" and b"NX" in options and len(call) > 2:
             following = after[0][1] if after else []
-            if name == "acquire_read":  # a won fill's acquire reads the value and its meta
-                lost = not following or following[0].upper() != b"MGET"
+            if name == "acquire_read":  # a won fill's acquire reads the time, then the value
+                lost = not following or following[0].upper() not in (b"TIME", b"MGET")
             else:
                 told = len(following) > 1 and following[0].upper() == b"PTTL"
                 lost = told and following[1] == lock

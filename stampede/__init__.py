@@ -71,11 +71,19 @@ _LAZY: dict[str, str] = {
 }
 
 
+#: Public subpackages, imported on first access too (``stampede.aio.Filler`` after a bare
+#: ``import stampede``, as after ``import stampede.aio``).
+_SUBPACKAGES = frozenset({"aio"})
+
+
 def __getattr__(name: str) -> Any:
+    from importlib import import_module
+
+    if name in _SUBPACKAGES:
+        return import_module(f".{name}", __name__)
     module_name = _LAZY.get(name)
     if module_name is None:
         raise AttributeError(f"module 'stampede' has no attribute {name!r}")
-    from importlib import import_module
 
     value = getattr(import_module(module_name, __name__), name)
     globals()[name] = value

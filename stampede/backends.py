@@ -113,6 +113,7 @@ class StampedeCache(BaseCache):
         bloom: Any = None,
         bloom_item: Any = None,
         default: Any = call_args.NOT_FOUND,
+        tags: Any = None,
         **options: Any,
     ) -> Any:
         """Return the cached value of ``key``, calling ``loader()`` on a miss, once cluster-wide.
@@ -123,11 +124,14 @@ class StampedeCache(BaseCache):
         ``bloom`` (a ``stampede.BloomFilter``): on a miss, before any lock, check that
         ``bloom_item`` (default: ``key``) was ever added; if not, return ``default``, or raise
         ``stampede.NotFound`` when none is given. The loader is not called, nothing is cached.
+
+        ``tags`` (names): the value is filed under them, and :meth:`invalidate_tags` of any of
+        them invalidates it; a hit reads their stamps with the value, in the same round trip.
         """
         guard = call_args.guard(bloom, key, bloom_item)
         try:
             return self.filler.get_or_load(
-                self._key(key, version),
+                self._tagged_key(key, version, tags),
                 loader,
                 self._resolve_timeout(timeout),
                 bloom=guard,
@@ -162,6 +166,7 @@ class StampedeCache(BaseCache):
         bloom: Any = None,
         bloom_item: Any = None,
         default: Any = call_args.NOT_FOUND,
+        tags: Any = None,
         **options: Any,
     ) -> Any:
         """Async twin of :meth:`get_or_load`; ``loader`` may be a coroutine function.
@@ -183,6 +188,7 @@ class StampedeCache(BaseCache):
                 timeout,
                 version,
                 default=default,
+                tags=tags,
                 **guarded,
                 **options,
             )
@@ -191,7 +197,7 @@ class StampedeCache(BaseCache):
         loader = call_args.as_django_runs_it(loader)
         try:
             return await filler.get_or_load(
-                self._key(key, version),
+                self._tagged_key(key, version, tags),
                 loader,
                 self._resolve_timeout(timeout),
                 bloom=guard,
@@ -237,6 +243,61 @@ class StampedeCache(BaseCache):
     @cached_property
     def _namer(self) -> stores.KeyNamer:
         return stores.key_namer(self._settings)
+
+    def _tagged_key(self, key: Any, version: Any, tags: Any) -> CacheKey:
+        named = self._namer(key, version)
+        if not tags:
+            return named
+        return named._replace(tags=self._namer.stamps(tags))
+
+    # -- invalidation ----------------------------------------------------------------------
+
+    def invalidate(self, key: Any, soft: bool = True, version: Any = None) -> None:
+        """Invalidate ``key`` without a stampede.
+
+        ``soft`` (the default): its value is stale from now on; the next caller of a fill
+        (``get_or_set``, ``get_or_load``, ``@cached``, ...) refreshes it under the lock while
+        the others are served it, for at most ``STALE_WINDOW``. A fill of it in progress began
+        before: it is voided. ``soft=False``: it is deleted (as ``delete``), and the fill
+        protocol loads it once.
+        """
+        if not soft:
+            self.delete(key, version=version)
+            return
+        self.filler.invalidate_softly(self._key(key, version))
+
+    async def ainvalidate(self, key: Any, soft: bool = True, version: Any = None) -> None:
+        """Async twin of :meth:`invalidate`."""
+        if not soft:
+            await self.adelete(key, version=version)
+            return
+        filler = self._async_filler()
+        if filler is None:
+            await sync_to_async(self.invalidate, thread_sensitive=False)(key, soft, version)
+            return
+        await filler.invalidate_softly(self._key(key, version))
+
+    def invalidate_tags(self, *tags: str, soft: bool = True) -> None:
+        """Invalidate every entry filed under any of ``tags``, whatever their number.
+
+        Writes one small stamp per tag and nothing else (``stampede.core.tags``). ``soft``
+        (the default): the entries are stale, each refreshed by its next caller under the lock
+        while the others are served it, for at most ``STALE_WINDOW``; ``soft=False``: they are
+        misses, each loaded once by the fill protocol. Tags are seen by the reads of the fill
+        protocol (``get_or_set``, ``get_or_load``, ``@cached``, ``@single_flight``, the page
+        cache); ``get`` returns what Redis holds, as the wrapped cache's own ``get`` does.
+        """
+        self.filler.invalidate_tags(self._namer.stamps(tags), hard=not soft)
+
+    async def ainvalidate_tags(self, *tags: str, soft: bool = True) -> None:
+        """Async twin of :meth:`invalidate_tags`."""
+        stamps = self._namer.stamps(tags)
+        filler = self._async_filler()
+        if filler is None:
+            call = functools.partial(self.filler.invalidate_tags, stamps, hard=not soft)
+            await sync_to_async(call, thread_sensitive=False)()
+            return
+        await filler.invalidate_tags(stamps, hard=not soft)
 
     def _resolve_timeout(self, timeout: Any) -> float | None:
         """Return ``timeout`` in seconds as Django reads it (None: forever, <= 0: not kept).

@@ -30,6 +30,7 @@ from .core import lockspec, process
 from .core.keys import CacheKey
 from .core.near import NearCache, NearOptions
 from .core.outage import Outage
+from .core.tags import checked_tags
 from .django_internals import (
     BackendStore,
     async_store_for,
@@ -200,6 +201,7 @@ class KeyNamer:
     def __init__(self, wrapped: Any) -> None:
         self.wrapped = wrapped
         self._valid: dict[Any, bool] = {}
+        self._stamps: dict[str, bytes] = {}
 
     def __call__(self, key: Any, version: Any) -> CacheKey:
         wrapped = self.wrapped
@@ -213,6 +215,28 @@ class KeyNamer:
                 valid.clear()
             valid[full] = True
         return CacheKey(full, key, version)
+
+    def stamps(self, names: Any) -> tuple[bytes, ...]:
+        """Return the stamp keys of the tags ``names`` (``core/tags.py``), as the wrapped cache
+        names a key ``stampede:tag:<name>`` (its ``KEY_PREFIX``, its default ``VERSION``)."""
+        checked = checked_tags(names)
+        known = self._stamps
+        found = []
+        for tag in checked:
+            stamp = known.get(tag)
+            if stamp is None:
+                full = self.wrapped.make_key(f"{TAG_KEY_PREFIX}{tag}")
+                stamp = full.encode() if isinstance(full, str) else bytes(full)
+                if len(known) >= self.REMEMBERED:
+                    known.clear()
+                known[tag] = stamp
+            found.append(stamp)
+        return tuple(found)
+
+
+#: What a tag's stamp key is named before the cache's prefix and version: keys of this form
+#: are the project's, as its lock and meta names are.
+TAG_KEY_PREFIX = "stampede:tag:"
 
 
 def key_namer(settings: CacheSettings) -> KeyNamer:

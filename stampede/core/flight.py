@@ -311,9 +311,14 @@ def _fill(
 
 
 def _refreshed_since(latest: Any, seen: Envelope) -> bool:
-    """Return True if ``latest`` is a newer fill than ``seen`` (a later soft expiry)."""
-    if not isinstance(latest, Envelope):
+    """Return True if ``latest`` is a newer fill than ``seen`` (a later soft expiry, or one
+    that is no longer invalidated)."""
+    if not isinstance(latest, Envelope) or latest.invalidated_at is not None:
         return False
+    if seen.invalidated_at is not None:
+        return True  # seen invalidated softly, and filled since: nothing to refresh
+    if latest.filled_at is not None and seen.filled_at is not None:
+        return latest.filled_at > seen.filled_at
     if latest.soft_expires_at is None or seen.soft_expires_at is None:
         return latest.soft_expires_at != seen.soft_expires_at
     return latest.soft_expires_at > seen.soft_expires_at

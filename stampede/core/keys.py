@@ -31,6 +31,8 @@ class CacheKey(NamedTuple):
     full: Name
     key: Any = None
     version: int | None = None
+    #: The stamp keys of the tags a fill files the entry under (``core/tags.py``), as bytes.
+    tags: tuple[bytes, ...] = ()
 
     @classmethod
     def of(cls, name: CacheKey | Name) -> CacheKey:

@@ -149,6 +149,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "timeout_jitter": _fraction,
     "none_timeout": optional_seconds,
     "background": _flag,
+    "stale_window": optional_seconds,
 }
 
 
@@ -159,6 +160,11 @@ def check_option(option: str, value: Any, shown: str | None = None) -> Any:
     user wrote, ``OPTIONS['LOCK_TTL']`` for a setting, and defaults to ``option`` itself.
     """
     return _CHECKS[option](option if shown is None else shown, value)
+
+
+#: The stale window of a cache without grace: a soft invalidation still serves the previous
+#: value this long to everyone but the caller refreshing it, then it is a miss.
+MIN_STALE_WINDOW = 10.0
 
 
 @dataclass(frozen=True)
@@ -179,10 +185,20 @@ class FillOptions:
     timeout_jitter: float = 0.0
     none_timeout: float | None = None
     background: bool = False
+    #: How long an entry invalidated softly is still served while one caller refreshes it
+    #: (None: ``grace``, or ``MIN_STALE_WINDOW`` when there is no grace).
+    stale_window: float | None = None
 
     def __post_init__(self) -> None:
         for option in OPTION_NAMES:
             object.__setattr__(self, option, check_option(option, getattr(self, option)))
+
+    @property
+    def soft_window(self) -> float:
+        """Seconds a softly invalidated entry is still served (see ``stale_window``)."""
+        if self.stale_window is not None:
+            return self.stale_window
+        return self.grace if self.grace > 0 else MIN_STALE_WINDOW
 
     def replace(self, **overrides: Any) -> FillOptions:
         """Return a copy with per-call ``overrides`` (validated like the originals)."""

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from .flight import LockAttempt
-from .keys import CacheKey
+from .keys import CacheKey, Name
 from .wakeup import WakeUp
 
 #: A store's serializer: record to bytes, and back.
@@ -89,6 +89,16 @@ class Store(Protocol):
         """Void the fills of ``keys`` in progress and send their waiters back to reload."""
         ...
 
+    def invalidate_tags(self, stamps: Sequence[Name], hard: bool) -> None:
+        """Invalidate every entry filed under the tags whose stamp keys are ``stamps``
+        (``core/tags.py``): softly (stale) or ``hard`` (a miss)."""
+        ...
+
+    def invalidate_softly(self, keys: Sequence[CacheKey], window: float = 0.0) -> None:
+        """Mark the values of ``keys`` stale and void their fills in progress; ``window``: how
+        long they are still served (for a store that cannot keep a value's own expiry)."""
+        ...
+
 
 class AsyncFillLock(Protocol):
     """Async twin of :class:`FillLock`."""
@@ -114,6 +124,10 @@ class AsyncStore(Protocol):
     def lock(self, key: CacheKey, ttl: float) -> AsyncFillLock: ...
 
     async def invalidate(self, keys: Sequence[CacheKey]) -> None: ...
+
+    async def invalidate_tags(self, stamps: Sequence[Name], hard: bool) -> None: ...
+
+    async def invalidate_softly(self, keys: Sequence[CacheKey], window: float = 0.0) -> None: ...
 
 
 class NearStore(Protocol):

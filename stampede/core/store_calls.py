@@ -11,9 +11,9 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..core import keys, meta
+from ..core import keys, meta, tags
 from ..core.flight import LockAttempt
-from ..core.keys import CacheKey
+from ..core.keys import CacheKey, Name
 from ..core.options import to_ms
 from ..core.wakeup import FILLED_WITH_RECORD, INVALIDATED, RELEASED, travels_with_wakeup
 
@@ -27,9 +27,11 @@ LOST = LockAttempt(False)
 _NO_WRITE = -1
 
 
-def acquire(key: CacheKey, token: str, ttl: float) -> Call:
+def acquire(key: CacheKey, token: str, ttl: float, stamps: Sequence[Name] = ()) -> Call:
+    """Return ``ACQUIRE_READ``'s call; ``stamps``: the tags' stamp keys it creates if missing
+    and reads (none on a cluster, where they live in other slots)."""
     full = key.full
-    return (keys.lock_key(full), full, keys.meta_key(full)), (token, to_ms(ttl))
+    return (keys.lock_key(full), full, keys.meta_key(full), *stamps), (token, to_ms(ttl))
 
 
 def lost_attempt(reply: Any) -> LockAttempt | None:
@@ -39,9 +41,13 @@ def lost_attempt(reply: Any) -> LockAttempt | None:
     return LOST  # the protocol peeks at the lock for the holder's TTL
 
 
-def won_attempt(reply: Any, loads: Callable[[bytes], Any]) -> LockAttempt:
-    """Read a won ``ACQUIRE_READ``'s reply: the key's record (value and meta), decoded."""
-    return LockAttempt(True, record=meta.decode(reply[1], reply[2], loads))
+def won_attempt(
+    reply: Any, loads: Callable[[bytes], Any], stamps: Sequence[Name] = ()
+) -> tuple[Any, int, dict[Name, Any]]:
+    """Read a won ``ACQUIRE_READ``'s reply: (the key's record decoded, not yet judged by its
+    tags; the server's time in ms, when the load begins; the ``stamps`` read, by key)."""
+    record = meta.decode(reply[1], reply[2], loads)
+    return record, int(reply[3]), tags.by_key(stamps, reply[4:])
 
 
 def extend(key: CacheKey, token: str, ttl: float) -> Call:
@@ -80,6 +86,23 @@ def release(key: CacheKey, token: str) -> Call:
 def invalidate(key: CacheKey) -> Call:
     full = key.full
     return (keys.lock_key(full), keys.meta_key(full)), (keys.done_channel(full), INVALIDATED)
+
+
+def soft_invalidate(key: CacheKey, epoch_kept: float | None = None) -> Call:
+    """Return ``SOFT_INVALIDATE``'s call: ``key``'s value marked stale, its load voided (by
+    deleting its lock; or, given ``epoch_kept``, by moving its fenced epoch on, kept that
+    long)."""
+    full = key.full
+    channel = keys.done_channel(full)
+    if epoch_kept is None:
+        return (full, keys.meta_key(full), keys.lock_key(full)), (channel, INVALIDATED, "lock", 0)
+    voided = (full, keys.meta_key(full), keys.epoch_key(full))
+    return voided, (channel, INVALIDATED, "epoch", to_ms(epoch_kept))
+
+
+def stamp_tags(stamps: Sequence[Name], hard: bool) -> Call:
+    """Return ``STAMP_TAGS``'s call that invalidates ``stamps`` (tags' stamp keys)."""
+    return tuple(stamps), ("hard" if hard else "soft",)
 
 
 def holder_ttl_of_pttl(pttl: int) -> float | None:

@@ -40,6 +40,13 @@ def judge(record: Any, now: float, options: FillOptions, random: float) -> Verdi
             # caller loads again, as ERROR_TTL=0 promises.
             return Verdict.ABSENT if record.handoff else Verdict.FAILED
         return Verdict.FRESH  # a plain value written by cache.set: no expiry metadata
+    invalidated_at = record.invalidated_at
+    if invalidated_at is not None:
+        # Invalidated softly (``core/tags.py``): stale at once, whatever its expiry says, and
+        # a miss past the stale window.
+        if now >= invalidated_at + options.soft_window:
+            return Verdict.ABSENT
+        return Verdict.STALE
     soft_expires_at = record.soft_expires_at
     if soft_expires_at is not None and now >= soft_expires_at:
         # Redis keeps a record a little past soft expiry + grace (its TTL runs from the

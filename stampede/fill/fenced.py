@@ -26,13 +26,14 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from ..core import meta
+from ..core import meta, store_calls
 from ..core.flight import LockAttempt
 from ..core.keys import CacheKey, done_channel, epoch_key, meta_key, written_key
 from ..core.missing import MISSING
 from ..core.options import to_ms
 from ..core.wakeup import FILLED_WITH_RECORD, INVALIDATED, RELEASED, travels_with_wakeup
 from ..io import scripts
+from ._sync import stamps as tag_stamps
 from ._sync.store import RedisStore, WaitingLock, WakeUps
 
 logger = logging.getLogger(__name__)
@@ -89,11 +90,17 @@ class FencedStore(RedisStore):
         ]
         scripts.run_many(self.client, scripts.FENCED_VOID, calls)
 
+    def invalidate_softly(self, keys: Sequence[CacheKey], window: float = 0.0) -> None:
+        """Mark the values of ``keys`` stale; a fenced load in progress is voided by moving
+        its key's epoch on, as ``invalidate`` does (there is no lock here to delete)."""
+        calls = [store_calls.soft_invalidate(key, FENCE_KEEP) for key in keys]
+        scripts.run_many(self.client, scripts.SOFT_INVALIDATE, calls)
+
 
 class FencedFillLock(WaitingLock):
     """One flight's hold on an outside lock, its wake-ups and its fenced commit."""
 
-    __slots__ = ("_epoch", "_key", "_mutex", "_store", "_ttl", "_wakeups")
+    __slots__ = ("_epoch", "_filled_ms", "_key", "_mutex", "_store", "_ttl", "_wakeups")
 
     def __init__(self, store: FencedStore, key: CacheKey, ttl: float) -> None:
         self._store = store
@@ -101,6 +108,7 @@ class FencedFillLock(WaitingLock):
         self._ttl = ttl
         self._mutex: Any = None  # made by the first attempt, where its errors are the fill's
         self._epoch = b""
+        self._filled_ms = 0  # the cache Redis's time once the lock was won (tagged fills)
         self._wakeups = WakeUps(store.client, key, meta.carried_loads(store.loads))
 
     def _outside(self, call: Callable[[], Any]) -> Any:
@@ -126,7 +134,14 @@ class FencedFillLock(WaitingLock):
             self._store.client, scripts.FENCED_READ, keys, (to_ms(FENCE_KEEP),)
         )
         self._epoch = epoch
-        return LockAttempt(True, record=meta.decode(raw, meta_bytes, self._store.loads))
+        record = meta.decode(raw, meta_bytes, self._store.loads)
+        stamps = self._key.tags
+        if stamps:
+            # When the load begins, on the cache Redis's clock, as its tags' stamps are
+            # written; their missing stamps are created now (``core/tags.py``).
+            self._filled_ms = tag_stamps.server_ms(self._store.client)
+            tag_stamps.create(self._store.client, stamps, self._filled_ms)
+        return LockAttempt(True, record=self._store.judged(record, {}))
 
     def peek(self) -> float | None:
         # How long the holder has left is the outside lock's business; a held lock is waited
@@ -141,7 +156,11 @@ class FencedFillLock(WaitingLock):
         token = self._mutex.fencing_token
         if token is None or not self._mutex.token:
             return False
-        raw, meta_bytes = (None, None) if record is MISSING else self._store.encode(record)
+        raw, meta_bytes = (
+            (None, None)
+            if record is MISSING
+            else self._store.encode(record, self._key.tags, self._filled_ms)
+        )
         size = None if raw is None else len(raw) + len(meta_bytes or b"")
         carried = travels_with_wakeup(outcome, size)
         full = self._key.full

@@ -18,7 +18,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from ..core import tags
 from ..core.clock import Clock
+from ..core.envelope import Envelope
 from ..core.keys import CacheKey
 from ..core.missing import MISSING
 from ..core.near import NearCache, Stamp
@@ -45,9 +47,47 @@ class NearReads:
         return f"<NearReads {self.prefix!r} {self.near!r}>"
 
     def hit(self, full: Any) -> Any:
-        """Return this process's copy of ``full`` (a fresh object), or MISSING."""
+        """Return this process's copy of ``full`` (a fresh object), or MISSING.
+
+        A tagged copy is judged by its tags' stamps (``core/tags.py``), kept here as any key
+        is and dropped by Redis's report when an invalidation writes them; MISSING while one
+        of them is not kept here (the read goes to Redis, which keeps it).
+        """
         copy = self.near.lookup(full)
-        return MISSING if copy is None else self.decode(copy)
+        if copy is None:
+            return MISSING
+        record = self.decode(copy)
+        if type(record) is not Envelope or not record.tags:
+            return record
+        if self.unkept_stamps(record):
+            return MISSING
+        return self.judged(record, {})
+
+    def unkept_stamps(self, record: Any) -> list[Any]:
+        """Return the stamp keys of ``record``'s tags that have no copy here."""
+        if type(record) is not Envelope or not record.tags:
+            return []
+        return [stamp for stamp in record.tags if self.near.lookup(stamp) is None]
+
+    def judged(self, record: Any, read: dict[Any, Any]) -> Any:
+        """Return ``record`` judged by its tags' stamps: the copies kept here, else ``read``
+        (stamp key: bytes, from Redis)."""
+        known = {}
+        for stamp in record.tags:
+            copy = self.near.lookup(stamp)
+            known[stamp] = read.get(stamp) if copy is None else copy[0]
+        return tags.judged(record, known)
+
+    def keep_stamps(
+        self, stamps: Sequence[Any], replies: Sequence[tuple[Any, int]], taken: Stamp | None
+    ) -> dict[Any, Any]:
+        """Keep the tag stamps Redis returned (``read_many_near`` replies); return them, by key."""
+        read = {}
+        for full, (copy, pttl) in zip(stamps, replies, strict=True):
+            read[full] = None if copy is None else copy[0]
+            if copy is not None and pttl != -2:
+                self.near.admit(full, copy, taken, None if pttl < 0 else pttl / 1000)
+        return read
 
     def fresh(self, full: Any, options: FillOptions, clock: Clock) -> Any:
         """Return the value of this process's copy of ``full`` if it is fresh, else MISSING.
@@ -86,14 +126,27 @@ class NearReads:
         if record is not MISSING:
             return record
         stamp = self.begin()
-        return self.keep(key.full, self.store.read_near(key.full), stamp)
+        record = self.keep(key.full, self.store.read_near(key.full), stamp)
+        return self.read_stamps(record, stamp)
+
+    def read_stamps(self, record: Any, taken: Stamp | None) -> Any:
+        """Return ``record`` judged by its tags' stamps, those not kept here read (and kept)."""
+        unkept = self.unkept_stamps(record)
+        if not unkept and (type(record) is not Envelope or not record.tags):
+            return record
+        read = self.keep_stamps(unkept, self.store.read_many_near(unkept), taken) if unkept else {}
+        return self.judged(record, read)
 
     def read_many(self, fulls: Sequence[Any]) -> dict[Any, Any]:
         """Return ``{full key: record}`` of those of ``fulls`` that exist: one ``MGET`` at most."""
         found, missing = self.split(fulls)
         if missing:
             stamp = self.begin()
-            self.keep_many(found, missing, self.store.read_many_near(missing), stamp)
+            tagged = self.keep_many(found, missing, self.store.read_many_near(missing), stamp)
+            if tagged:
+                unkept = self.unkept_stamps_of(found, tagged)
+                replies = self.store.read_many_near(unkept) if unkept else []
+                self.judge_many(found, tagged, self.keep_stamps(unkept, replies, stamp))
         return found
 
     def split(self, fulls: Sequence[Any]) -> tuple[dict[Any, Any], list[Any]]:
@@ -110,10 +163,30 @@ class NearReads:
 
     def keep_many(
         self, found: dict[Any, Any], fulls: list[Any], replies: Sequence[Any], stamp: Stamp | None
-    ) -> None:
+    ) -> list[Any]:
+        """Keep what Redis returned for ``fulls`` into ``found``; return the keys whose
+        records are tagged, to be judged by their stamps (:meth:`judge_many`)."""
+        tagged = []
         for full, reply in zip(fulls, replies, strict=True):
             record = self.keep(full, reply, stamp)
             if record is not MISSING:
+                found[full] = record
+                if type(record) is Envelope and record.tags:
+                    tagged.append(full)
+        return tagged
+
+    def unkept_stamps_of(self, found: dict[Any, Any], tagged: list[Any]) -> list[Any]:
+        """Return the stamp keys the ``tagged`` records of ``found`` need that are not kept."""
+        unkept = {stamp: None for full in tagged for stamp in self.unkept_stamps(found[full])}
+        return list(unkept)
+
+    def judge_many(self, found: dict[Any, Any], tagged: list[Any], read: dict[Any, Any]) -> None:
+        """Judge the ``tagged`` records of ``found`` by their stamps; drop the misses."""
+        for full in tagged:
+            record = self.judged(found[full], read)
+            if record is MISSING:
+                del found[full]
+            else:
                 found[full] = record
 
     def forget(self, fulls: Sequence[Any]) -> None:

@@ -78,18 +78,30 @@ return {0, redis.call('PTTL', KEYS[1])}
 ACQUIRE_READ = Script(
     "acquire_read",
     """
--- KEYS[1] lock key, KEYS[2] cache key, KEYS[3] its meta key
+-- KEYS[1] lock key, KEYS[2] cache key, KEYS[3] its meta key, KEYS[4..] its tags' stamp keys
 -- ARGV[1] token, ARGV[2] ttl in ms
--- returns {1, the cache key's value, its meta (each nil when absent)} when acquired, {0} when not
+-- returns {1, the cache key's value, its meta (each nil when absent), the server's time in
+--          ms, then each stamp} when acquired, {0} when not
 -- A fill's acquire: the winner learns in the same round trip whether the previous holder
 -- stored a value between the winner's first read and this attempt, so it goes straight to
 -- its loader when the key is still absent. A loser is not told the holder's TTL: it
 -- subscribes and then looks at the lock anyway (a release in between would go unheard).
 -- A lock already held by this very token is won (a resent call: see ACQUIRE).
+-- The time is when the load begins, on the clock tag stamps are written with; a missing
+-- stamp is created then ("0 0 <time>": never invalidated, created now), so that a stamp is
+-- missing later only when it was evicted or deleted (core/tags.py).
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
     or redis.call('GET', KEYS[1]) == ARGV[1] then
-  local found = redis.call('MGET', KEYS[2], KEYS[3])
-  return {1, found[1], found[2]}
+  local now = redis.call('TIME')
+  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  local found = {1, false, false, ms}
+  local values = redis.call('MGET', KEYS[2], KEYS[3])
+  found[2], found[3] = values[1], values[2]
+  for i = 4, #KEYS do
+    redis.call('SET', KEYS[i], '0 0 ' .. ms, 'NX')
+    found[#found + 1] = redis.call('GET', KEYS[i])
+  end
+  return found
 end
 return {0}
 """,
@@ -203,6 +215,75 @@ local keep = math.max(redis.call('PTTL', KEYS[1]), tonumber(ARGV[2]))
 redis.call('SET', KEYS[1], string.format('%.0f', fence), 'PX', keep)
 return fence
 """,
+)
+
+STAMP_TAGS = Script(
+    "stamp_tags",
+    """
+-- KEYS[1..] stamp keys of tags (on a cluster, one per call: each lives in its own slot)
+-- ARGV[1] "soft" or "hard"
+-- returns the server's time in ms, now the stamps' soft (or hard) invalidation time
+-- A stamp is "<soft ms> <hard ms> <created ms>" (core/tags.py). Invalidating writes the stamp,
+-- and nothing else: the same for ten entries filed under the tag or ten million. A missing
+-- stamp is created invalidated now.
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+for i = 1, #KEYS do
+  local soft, hard, created = 0, 0, ms
+  local stamp = redis.call('GET', KEYS[i])
+  if stamp then
+    local a, b, c = string.match(stamp, '^(%d+) (%d+) (%d+)$')
+    if a then
+      soft, hard, created = tonumber(a), tonumber(b), tonumber(c)
+    end
+  end
+  if ARGV[1] == 'hard' then
+    hard = ms
+  else
+    soft = ms
+  end
+  redis.call('SET', KEYS[i], string.format('%.0f %.0f %.0f', soft, hard, created))
+end
+return ms
+""",
+)
+
+SOFT_INVALIDATE = Script(
+    "soft_invalidate",
+    """
+-- KEYS[1] cache key, KEYS[2] its meta key, KEYS[3] its lock key (or its epoch key: fenced)
+-- ARGV[1] channel, [2] message, [3] "lock" or "epoch", [4] ms an epoch is kept, [5] (S)PUBLISH
+-- returns 1 if the key held a value, now invalidated softly, else 0
+-- The value stays; its meta gains the mark "x1 <ms> " before what it held (core/meta.py), with
+-- the value's own expiry, so readers see it stale from now on. A load in progress began
+-- before: its write is voided as delete() voids it (the lock is deleted, or the fenced
+-- epoch moved on), and its waiters sent to contend for the refresh.
+if ARGV[3] == 'epoch' then
+  redis.call('INCR', KEYS[3])
+  redis.call('PEXPIRE', KEYS[3], ARGV[4])
+  redis.call(ARGV[5], ARGV[1], ARGV[2])
+elseif redis.call('DEL', KEYS[3]) == 1 then
+  redis.call(ARGV[5], ARGV[1], ARGV[2])
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl == -2 then
+  return 0
+end
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local meta = redis.call('GET', KEYS[2]) or ''
+if string.sub(meta, 1, 3) == 'x1 ' then
+  meta = string.match(meta, '^x1 %d+ (.*)$') or ''
+end
+local marked = string.format('x1 %.0f ', ms) .. meta
+if pttl > 0 then
+  redis.call('SET', KEYS[2], marked, 'PX', pttl)
+else
+  redis.call('SET', KEYS[2], marked)
+end
+return 1
+""",
+    publishes=True,
 )
 
 INVALIDATE = Script(
@@ -456,6 +537,8 @@ ALL = (
     ACQUIRE_READ,
     COMMIT,
     INVALIDATE,
+    STAMP_TAGS,
+    SOFT_INVALIDATE,
     COMPARE_DELETE,
     COMPARE_PEXPIRE,
     MARK_QUEUED,

@@ -32,6 +32,7 @@ import pytest
 from django.core.cache import caches
 from django.core.cache.backends.base import BaseCache
 
+from stampede.core import meta
 from stampede.core.envelope import Envelope
 from stampede.core.keys import meta_key
 from tests.django import workers
@@ -807,9 +808,8 @@ def _age_meta(plain: Any, redis: Any, backing: str, key: str) -> None:
     redis.set(name, _aged(redis.get(name)), keepttl=True)
 
 
-def _aged(meta: bytes) -> bytes:
-    tag, _soft, rest = meta.split(b" ", 2)
-    return b" ".join([tag, repr(time.time() - 3600).encode(), rest])
+def _aged(meta_bytes: bytes) -> bytes:
+    return meta.with_soft_expiry(meta_bytes, time.time() - 3600)
 
 
 @pytest.mark.parametrize("backing", BACKINGS)

@@ -74,6 +74,18 @@ def delete_during_the_fill(redis: Any) -> None:
     lock.close()  # its lock is gone: RELEASE announces a lock nobody holds
 
 
+def soft_invalidation_during_the_fill(redis: Any) -> None:
+    store = RedisStore(redis)
+    lock = held(store)
+    store.invalidate_softly([KEY])  # voids the fill: its lock is deleted
+    lock.close()  # its lock is gone: RELEASE announces a lock nobody holds
+
+
+def fenced_soft_invalidation(redis: Any) -> None:
+    store = FencedStore(redis, lambda name, ttl, **options: Mutex(redis, name, ttl))
+    store.invalidate_softly([KEY])  # the epoch moves on, and the waiters are told
+
+
 def fenced_commit(redis: Any) -> None:
     # The outside lock is a Mutex of the same Redis: its release is announced on the same
     # channel, then the store announces it again (the waiters listen on the cache's Redis).
@@ -117,6 +129,11 @@ PUBLISHED: dict[str, tuple[Callable[[Any], None], list[Any]]] = {
         [FILLED_WITH, ("released", MISSING), ("released", MISSING)],
     ),
     "a delete during a fenced fill": (fenced_delete, [("invalidated", MISSING)]),
+    "a soft invalidation during the fill, then the flight's end": (
+        soft_invalidation_during_the_fill,
+        [("invalidated", MISSING), ("released", MISSING)],
+    ),
+    "a soft invalidation of a fenced key": (fenced_soft_invalidation, [("invalidated", MISSING)]),
     "a mutex's release": (mutex_release, [("released", MISSING)]),
     "a guard's release": (guard_release, [("released", MISSING)]),
 }
@@ -162,7 +179,7 @@ def test_each_publishing_script_is_read_back_as_its_kind(redis, publish, expecte
 
 
 def test_every_publishing_script_and_every_kind_is_checked_above():
-    run = {"commit", "release", "invalidate", "fenced_commit", "fenced_void"}
+    run = {"commit", "release", "invalidate", "fenced_commit", "fenced_void", "soft_invalidate"}
     assert {script.name for script in scripts.ALL if script.publishes} == run
     kinds = {kind for _, expected in PUBLISHED.values() for kind, _ in expected}
     assert kinds == {kind.decode().rstrip(":") for kind in wakeup.KINDS}

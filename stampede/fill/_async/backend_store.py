@@ -20,12 +20,13 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from ...core import backend_layout as layout
-from ...core import store_calls
+from ...core import meta, store_calls, tags
 from ...core.flight import LockAttempt
-from ...core.keys import CacheKey
+from ...core.keys import CacheKey, Name
 from ...core.missing import MISSING
 from ...io import scripts
 from ...lock._async.mutex import Mutex
+from . import stamps as tag_stamps
 from .store import WaitingLock, WakeUps
 
 logger = logging.getLogger(__name__)
@@ -47,11 +48,21 @@ class BackendStore:
 
     async def read(self, key: CacheKey) -> Any:
         found = await self.backend.aget_many(layout.read_names(key), version=key.version)
-        return layout.record_of(key, found)
+        return await self.judged(layout.record_of(key, found))
 
-    async def write(self, key: CacheKey, record: Any, ttl: float | None) -> None:
+    async def judged(self, record: Any) -> Any:
+        """Return ``record`` as its tags' stamps, in the lock's Redis, leave it."""
+        missing = tags.missing_stamps(record, {})
+        if not missing:
+            return record
+        read = await tag_stamps.read(self.client, missing, cluster=False)
+        return tags.judged(record, tags.by_key(missing, read))
+
+    async def write(
+        self, key: CacheKey, record: Any, ttl: float | None, filled_ms: int = 0
+    ) -> None:
         """Store ``record``: the value through the backend's own ``set``, its meta beside it."""
-        stored, gone = layout.writes(key, record)
+        stored, gone = layout.writes(key, record, filled_ms)
         if gone:
             await self.backend.adelete_many(gone, version=key.version)
         await self.backend.aset_many(stored, timeout=ttl, version=key.version)
@@ -63,6 +74,32 @@ class BackendStore:
         await self.drop_meta(keys)
         batch = [store_calls.invalidate(key) for key in keys]
         await scripts.arun_many(self.client, scripts.INVALIDATE, batch)
+
+    async def invalidate_tags(self, stamps: Sequence[Name], hard: bool) -> None:
+        """Write the stamps of tags (``core/tags.py``), kept in the lock's Redis."""
+        await tag_stamps.invalidate(self.client, stamps, hard, cluster=False)
+
+    async def invalidate_softly(self, keys: Sequence[CacheKey], window: float = 0.0) -> None:
+        """Mark the values of ``keys`` stale for at most ``window`` seconds.
+
+        A cache that is not Redis tells no value's remaining life, so the value is set again
+        with its marked meta for ``window`` (then it is a miss, as a soft invalidation is past
+        its window). Fills in progress are voided first (their locks deleted), as by
+        ``invalidate``.
+        """
+        await scripts.arun_many(
+            self.client, scripts.INVALIDATE, [store_calls.invalidate(key) for key in keys]
+        )
+        at_ms = await tag_stamps.server_ms(self.client)
+        for key in keys:
+            found = await self.backend.aget_many(layout.read_names(key), version=key.version)
+            if key.key not in found:
+                continue
+            marked = {
+                key.key: found[key.key],
+                layout.meta_name(key): meta.invalidated(found.get(layout.meta_name(key)), at_ms),
+            }
+            await self.backend.aset_many(marked, timeout=max(window, 0.001), version=key.version)
 
     async def drop_meta(self, keys: Sequence[CacheKey]) -> None:
         """Delete the fills' meta of ``keys`` (see ``RedisStore.drop_meta``)."""
@@ -89,12 +126,18 @@ class BackendFillLock(WaitingLock):
         self._key = key
         # No fencing token: the ownership check guards the write.
         self._mutex = FillMutex(store.client, key.full, ttl, auto_renew=True, fencing=False)
+        self._filled_ms = 0
         self._wakeups = WakeUps(store.client, key, pickle.loads)
 
     async def attempt(self) -> LockAttempt:
         won, holder_ttl = await self._mutex.attempt()
         if not won:
             return LockAttempt(False, holder_ttl)
+        if self._key.tags:
+            # When the load begins, on the clock of the stamps (the lock's Redis); their
+            # missing stamps are created now (``core/tags.py``).
+            self._filled_ms = await tag_stamps.server_ms(self._store.client)
+            await tag_stamps.create(self._store.client, self._key.tags, self._filled_ms)
         return LockAttempt(True, record=await self._store.read(self._key))
 
     async def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
@@ -104,7 +147,7 @@ class BackendFillLock(WaitingLock):
             if not await self._mutex.owned():
                 await self._mutex.release(message=outcome)
                 return False
-            await self._store.write(self._key, record, ttl)
+            await self._store.write(self._key, record, ttl, self._filled_ms)
         return await self._mutex.release(message=outcome)
 
     async def close(self) -> None:

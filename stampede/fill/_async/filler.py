@@ -27,7 +27,7 @@ Usage without Django::
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ...core import flight
@@ -196,6 +196,24 @@ class Filler:
         if self.near is not None:
             self.near.forget([key.full for key in named])
         await self.store.invalidate(named)
+
+    async def invalidate_softly(self, *keys: CacheKey | Name) -> None:
+        """Mark the values of ``keys`` stale: the next caller of each refreshes it under the
+        lock while the others are served it, for at most the stale window; fills of them in
+        progress are voided (they began before)."""
+        named = [CacheKey.of(key) for key in keys]
+        fulls = [key.full for key in named]
+        self.outage.forget(fulls)
+        await self.store.invalidate_softly(named, self.options.soft_window)
+        if self.near is not None:
+            self.near.forget(fulls)  # Redis's report follows; this process knows now
+
+    async def invalidate_tags(self, stamps: Sequence[Name], hard: bool) -> None:
+        """Invalidate every entry filed under the tags whose stamp keys are ``stamps``:
+        ``hard``, each is a miss that loads once; else stale, as :meth:`invalidate_softly`."""
+        await self.store.invalidate_tags(stamps, hard)
+        if self.near is not None:
+            self.near.forget(list(stamps))
 
 
 async def refuse_unknown(bloom: MissGuard, key: CacheKey, outage: Outage) -> None:

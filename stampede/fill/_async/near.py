@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ...core.envelope import Envelope
 from ...core.keys import CacheKey
 from ...core.missing import MISSING
 from ..near import NearReads
@@ -21,7 +22,14 @@ async def read(reads: NearReads, store: RedisStore, key: CacheKey) -> Any:
     if record is not MISSING:
         return record
     stamp = reads.begin()
-    return reads.keep(key.full, await store.read_near(key.full), stamp)
+    record = reads.keep(key.full, await store.read_near(key.full), stamp)
+    unkept = reads.unkept_stamps(record)
+    if unkept:
+        read = reads.keep_stamps(unkept, await store.read_many_near(unkept), stamp)
+        return reads.judged(record, read)
+    if type(record) is Envelope and record.tags:
+        return reads.judged(record, {})
+    return record
 
 
 async def read_many(reads: NearReads, store: RedisStore, fulls: Sequence[Any]) -> dict[Any, Any]:
@@ -29,5 +37,9 @@ async def read_many(reads: NearReads, store: RedisStore, fulls: Sequence[Any]) -
     found, missing = reads.split(fulls)
     if missing:
         stamp = reads.begin()
-        reads.keep_many(found, missing, await store.read_many_near(missing), stamp)
+        tagged = reads.keep_many(found, missing, await store.read_many_near(missing), stamp)
+        if tagged:
+            unkept = reads.unkept_stamps_of(found, tagged)
+            replies = await store.read_many_near(unkept) if unkept else []
+            reads.judge_many(found, tagged, reads.keep_stamps(unkept, replies, stamp))
     return found

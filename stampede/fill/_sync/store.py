@@ -24,15 +24,25 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ...core import meta, store_calls
+from ...core import meta, store_calls, tags
+from ...core.envelope import Envelope
 from ...core.flight import LockAttempt
-from ...core.keys import CacheKey, colocated, done_channel, lock_key, meta_key, refuse_scattered
+from ...core.keys import (
+    CacheKey,
+    Name,
+    colocated,
+    done_channel,
+    lock_key,
+    meta_key,
+    refuse_scattered,
+)
 from ...core.missing import MISSING
 from ...core.port import Dumps, Loads
 from ...core.wakeup import TIMED_OUT, WakeUp, parse_wakeup
 from ...io import clients, scripts
 from ...io._sync.notify import Subscription, notifier_for
 from ...lock._sync.concurrency import Renewal, schedule_renewal
+from . import stamps as tag_stamps
 from .concurrency import fast_mget, near_reader
 
 logger = logging.getLogger(__name__)
@@ -62,17 +72,61 @@ class RedisStore:
     def __repr__(self) -> str:
         return f"<RedisStore {self.client!r}>"
 
-    def encode(self, record: Any) -> tuple[bytes | None, bytes | None]:
-        """Return (the value's bytes, its meta) that store ``record`` (see ``core/meta.py``)."""
-        return meta.encode(record, self.dumps)
+    def encode(
+        self, record: Any, stamps: Sequence[Name] = (), filled_ms: int = 0
+    ) -> tuple[bytes | None, bytes | None]:
+        """Return (the value's bytes, its meta) that store ``record`` (see ``core/meta.py``),
+        filed under the tags of ``stamps`` by a load that began at ``filled_ms``."""
+        return meta.encode(record, self.dumps, stamps, filled_ms)
 
     def read(self, key: CacheKey) -> Any:
         full = key.full
-        if self._cluster and not colocated(full):
-            raw = self.client.get(full)  # its meta cannot be beside it: never written
-            return MISSING if raw is None else self.loads(raw)
+        if self._cluster:
+            if not colocated(full):
+                raw = self.client.get(full)  # its meta cannot be beside it: never written
+                return MISSING if raw is None else self.loads(raw)
+            raw, meta_bytes = self._mget(full, meta_key(full))
+            return self.judged(meta.decode(raw, meta_bytes, self.loads), {})
+        stamps = key.tags
+        if stamps:  # the caller's tags: their stamps come with the value, in one round trip
+            replies = self._mget(full, meta_key(full), *stamps)
+            record = meta.decode(replies[0], replies[1], self.loads)
+            return self.judged(record, tags.by_key(stamps, replies[2:]))
         raw, meta_bytes = self._mget(full, meta_key(full))
-        return meta.decode(raw, meta_bytes, self.loads)
+        record = meta.decode(raw, meta_bytes, self.loads)
+        if type(record) is not Envelope or not record.tags:
+            return record  # a hit of an untagged key: nothing more to read
+        return self.judged(record, {})
+
+    def judged(self, record: Any, known: dict[Name, Any]) -> Any:
+        """Return ``record`` as its tags' stamps leave it (``core/tags.py``): the stamps in
+        ``known`` were read with it, the others are read now."""
+        missing = tags.missing_stamps(record, known)
+        if missing:
+            known = {**known, **tags.by_key(missing, self._read_stamps(missing))}
+        return tags.judged(record, known)
+
+    def _read_stamps(self, names: Sequence[Name]) -> list[Any]:
+        if self._cluster:
+            return tag_stamps.read(self.client, names, cluster=True)
+        return list(self._mget(*names))  # with this turn's other reads, on a loop
+
+    def create_stamps(self, names: Sequence[Name], created_ms: int) -> None:
+        """Create the missing stamps of ``names`` on a cluster, where ``ACQUIRE_READ`` cannot
+        reach them (in other slots)."""
+        tag_stamps.create(self.client, names, created_ms)
+
+    def invalidate_tags(self, names: Sequence[Name], hard: bool) -> None:
+        """Invalidate every entry filed under the tags of the stamp keys ``names``: their
+        stamps, and only them, are written."""
+        tag_stamps.invalidate(self.client, names, hard, self._cluster)
+
+    def invalidate_softly(self, keys: Sequence[CacheKey], window: float = 0.0) -> None:
+        """Mark the values of ``keys`` stale (``core/meta.py``'s ``x1``), voiding loads of them
+        in progress: read next, each is refreshed by one caller while the others are served it.
+        (``window``, the stale window, is for stores that cannot keep the value's own expiry.)"""
+        calls = [store_calls.soft_invalidate(key) for key in keys]
+        scripts.run_many(self.client, scripts.SOFT_INVALIDATE, calls)
 
     def decode_copy(self, copy: tuple[bytes, bytes | None]) -> Any:
         """Return the record of a near cache's copy (see :meth:`read_near`)."""
@@ -170,7 +224,7 @@ class RedisFillLock(WaitingLock):
     loader keeps it; after a refused extension the commit (token checked in Redis) writes nothing.
     """
 
-    __slots__ = ("_key", "_renewal", "_store", "_token", "_ttl", "_wakeups")
+    __slots__ = ("_filled_ms", "_key", "_renewal", "_store", "_token", "_ttl", "_wakeups")
 
     def __init__(self, store: RedisStore, key: CacheKey, ttl: float) -> None:
         self._store = store
@@ -178,20 +232,28 @@ class RedisFillLock(WaitingLock):
         self._ttl = ttl
         self._token: str | None = None
         self._renewal: Renewal | None = None
+        self._filled_ms = 0  # Redis's time when the lock was won: when the load began
         self._wakeups = WakeUps(store.client, key, meta.carried_loads(store.loads))
 
     def attempt(self) -> LockAttempt:
         # The token is ours before the call: a reply lost after Redis ran SET NX (a timeout,
         # an interrupt) must still be released by close(), not left to its TTL.
         token = self._token = secrets.token_hex(16)
-        call = store_calls.acquire(self._key, token, self._ttl)
-        reply = scripts.run(self._store.client, scripts.ACQUIRE_READ, *call)
+        store = self._store
+        stamps = self._key.tags
+        if stamps and store._cluster:
+            stamps = ()  # in other slots: created (SET NX) and read below, not by the script
+        call = store_calls.acquire(self._key, token, self._ttl, stamps)
+        reply = scripts.run(store.client, scripts.ACQUIRE_READ, *call)
         lost = store_calls.lost_attempt(reply)
         if lost is not None:
             self._token = None
             return lost
         self._renewal = schedule_renewal(self._renew, self._ttl / 3)
-        return store_calls.won_attempt(reply, self._store.loads)
+        record, self._filled_ms, known = store_calls.won_attempt(reply, store.loads, stamps)
+        if self._key.tags and not stamps:
+            store.create_stamps(self._key.tags, self._filled_ms)
+        return LockAttempt(True, record=store.judged(record, known))
 
     def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
         token = self._token
@@ -199,7 +261,11 @@ class RedisFillLock(WaitingLock):
             return False
         # Serialized while the lock is still ours: a value that does not pickle raises here,
         # and close() then releases the lock (and wakes the waiters) instead of its TTL.
-        stored = None if record is MISSING else self._store.encode(record)
+        stored = (
+            None
+            if record is MISSING
+            else self._store.encode(record, self._key.tags, self._filled_ms)
+        )
         call = store_calls.commit(self._key, token, outcome, stored, ttl)
         self._stop_renewal()
         committed = bool(scripts.run(self._store.client, scripts.COMMIT, *call))

@@ -1,0 +1,51 @@
+# Generated from stampede/fill/_async/stamps.py by .ci/unasync.py: do not edit by hand.
+# Edit the source, then run `python .ci/unasync.py` to write this file again.
+"""The tag stamps of a store, in Redis: read, created, written (see ``core/tags.py``).
+
+Every store keeps its tags' stamps in a Redis: the cache's own (``RedisStore``), or the lock's
+(``BackendStore``, whose records live in another cache). A stamp is one small key per tag,
+never a list of the tag's entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ...core import store_calls
+from ...core.keys import Name
+from ...io import scripts
+
+
+def server_ms(client: Any) -> int:
+    """Return Redis's time in ms: when a load begins, on the clock stamps are written with."""
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def create(client: Any, stamps: Sequence[Name], created_ms: int) -> None:
+    """Create the stamps that are missing (``SET NX``: never invalidated, created now)."""
+    pipe = client.pipeline(transaction=False)
+    for stamp in stamps:
+        pipe.set(stamp, b"0 0 %d" % created_ms, nx=True)
+    pipe.execute()
+
+
+def read(client: Any, stamps: Sequence[Name], cluster: bool) -> list[Any]:
+    """Return the stamps' bytes (None: missing), in order; one slot each on a cluster, where
+    redis-py splits the read by node."""
+    if cluster:
+        return list(client.mget_nonatomic(*stamps))
+    return list(client.mget(*stamps))
+
+
+def invalidate(client: Any, stamps: Sequence[Name], hard: bool, cluster: bool) -> None:
+    """Write the stamps of ``stamps``' tags, softly or ``hard``: one script, or one per stamp
+    on a cluster (each in its own slot), pipelined."""
+    if not stamps:
+        return
+    if cluster:
+        calls = [store_calls.stamp_tags([stamp], hard) for stamp in stamps]
+        scripts.run_many(client, scripts.STAMP_TAGS, calls)
+        return
+    scripts.run(client, scripts.STAMP_TAGS, *store_calls.stamp_tags(stamps, hard))
