@@ -40,6 +40,7 @@ def single_flight(
     grace: float = 0,
     bloom: Any = None,
     bloom_item: str | Callable[..., Any] | None = None,
+    tags: Any = None,
 ) -> Callable[[_F], _F]:
     """Return a view decorator: ``cache_page`` semantics, one render per page per expiry.
 
@@ -55,8 +56,14 @@ def single_flight(
     called. The item is ``request.path`` (add ``obj.get_absolute_url()`` as objects are
     made), or ``bloom_item``: a format string over the view's URL keyword arguments
     (``"{product_id}"``) or a callable taking the view's arguments (request first).
+
+    ``tags``: the page is filed under them (``cache.invalidate_tags`` purges it, softly by
+    default: the old page is served while one request renders the new one). Each is a format
+    string over the view's URL keyword arguments (``"product:{product_id}"``), or a callable
+    taking the view's arguments (request first) and returning a tag or a list of tags.
     """
     _refuse_bare_use("single_flight", timeout)
+    tags_of = _tagger(tags, "single_flight", None, "single_flight")
     policy = PagePolicy(
         timeout=timeout,
         key_prefix=key_prefix,
@@ -74,7 +81,7 @@ def single_flight(
                 async def render(request: Any) -> Any:
                     return await view(request, *args, **kwargs)
 
-                guard = _page_guard(bloom, item_of, request, args, kwargs)
+                guard = _page_guard(bloom, item_of, request, args, kwargs, tags_of)
                 try:
                     return await aserve(request, render, policy, **guard)
                 except NotFound as exc:
@@ -84,7 +91,7 @@ def single_flight(
 
         @functools.wraps(view)
         def wrapped(request: Any, *args: Any, **kwargs: Any) -> Any:
-            guard = _page_guard(bloom, item_of, request, args, kwargs)
+            guard = _page_guard(bloom, item_of, request, args, kwargs, tags_of)
             try:
                 return serve(
                     request, lambda request: view(request, *args, **kwargs), policy, **guard
@@ -122,11 +129,61 @@ def _page_item(bloom: Any, bloom_item: Any) -> Callable[..., Any]:
 
 
 def _page_guard(
-    bloom: Any, item_of: Callable[..., Any], request: Any, args: Any, kwargs: Any
+    bloom: Any,
+    item_of: Callable[..., Any],
+    request: Any,
+    args: Any,
+    kwargs: Any,
+    tags_of: Callable[..., Any] | None = None,
 ) -> dict[str, Any]:
-    if bloom is None:
-        return {}
-    return {"bloom": bloom, "bloom_item": item_of(request, args, kwargs)}
+    """Return the extra arguments of a page's fills: its Bloom filter check, its tags."""
+    extra: dict[str, Any] = {}
+    if bloom is not None:
+        extra.update(bloom=bloom, bloom_item=item_of(request, args, kwargs))
+    if tags_of is not None:
+        extra["tags"] = tags_of(request, *args, **kwargs)
+    return extra
+
+
+def _tagger(
+    tags: Any, decorator: str, signature: inspect.Signature | None, name: str
+) -> Callable[..., list[str]] | None:
+    """Return ``tags_of(*args, **kwargs)``: the tags of one call, from ``tags=``.
+
+    ``tags`` is a list whose items are format strings over the argument names (with
+    ``signature``; over the keyword arguments without one, as a view's URL arguments) or
+    callables taking the arguments and returning a tag or a list of tags; or one such
+    callable. Format strings are checked when the decorator is applied.
+    """
+    if tags is None:
+        return None
+    if isinstance(tags, (str, bytes)):
+        raise TypeError(f"{decorator}: tags must be a list (or a callable); got tags={tags!r}")
+    parts: list[Any] = [tags] if callable(tags) else list(tags)
+    for part in parts:
+        if not isinstance(part, str) and not callable(part):
+            raise TypeError(
+                f"{decorator}: each tag must be a format string or a callable; got {part!r}"
+            )
+        if isinstance(part, str) and signature is not None:
+            _check_key_fields(part, signature, name, "tag")
+
+    def tags_of(*args: Any, **kwargs: Any) -> list[str]:
+        arguments = kwargs
+        if signature is not None:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            arguments = bound.arguments
+        found: list[str] = []
+        for part in parts:
+            if isinstance(part, str):
+                found.append(part.format(**arguments))
+                continue
+            made = part(*args, **kwargs)
+            found.extend([made] if isinstance(made, str) else made)
+        return found
+
+    return tags_of
 
 
 def cached(
@@ -137,6 +194,7 @@ def cached(
     grace: float = 0,
     bloom: Any = None,
     bloom_item: str | Callable[..., Any] | None = None,
+    tags: Any = None,
 ) -> Callable[[_F], _F]:
     """Return a decorator caching a function's result, loaded once across every process.
 
@@ -149,6 +207,11 @@ def cached(
     was ever added, else ``stampede.NotFound`` is raised. The item is the entry's key, or
     ``bloom_item``: a format string over the argument names, or a callable taking the
     function's arguments.
+
+    ``tags``: the entry is filed under them (``cache.invalidate_tags``); each a format string
+    over the argument names (``"account:{account_id}"``) or a callable taking the function's
+    arguments and returning a tag or a list of tags. ``.invalidate(..., soft=True)`` of the
+    decorated function marks one entry stale instead of deleting it.
     """
     _refuse_bare_use("cached", timeout)
     if timeout is not None:
@@ -170,6 +233,10 @@ def cached(
             _check_key_fields(key, signature, name)
         if isinstance(bloom_item, str):
             _check_key_fields(bloom_item, signature, name)
+        tags_of = _tagger(tags, "cached", signature, name)
+
+        def tagging(args: Any, kwargs: Any) -> dict[str, Any]:
+            return {} if tags_of is None else {"tags": tags_of(*args, **kwargs)}
 
         def cache_key(*args: Any, **kwargs: Any) -> str:
             bound = signature.bind(*args, **kwargs)
@@ -204,6 +271,7 @@ def cached(
                     timeout=timeout,
                     grace=grace,
                     **guard(entry_key, args, kwargs),
+                    **tagging(args, kwargs),
                 )
 
             wrapped: Any = async_wrapped
@@ -218,12 +286,19 @@ def cached(
                     timeout=timeout,
                     grace=grace,
                     **guard(entry_key, args, kwargs),
+                    **tagging(args, kwargs),
                 )
 
             wrapped = sync_wrapped
 
-        def invalidate(*args: Any, **kwargs: Any) -> bool:
-            return bool(stampede_cache(cache, "@cached").delete(cache_key(*args, **kwargs)))
+        def invalidate(*args: Any, soft: bool = False, **kwargs: Any) -> bool:
+            """Delete the entry of these arguments (voiding a load in progress); ``soft``:
+            mark it stale instead (refreshed by its next caller, served to the others)."""
+            target = stampede_cache(cache, "@cached")
+            if soft:
+                target.invalidate(cache_key(*args, **kwargs))
+                return True
+            return bool(target.delete(cache_key(*args, **kwargs)))
 
         wrapped.invalidate = invalidate
         wrapped.cache_key = cache_key
@@ -246,7 +321,7 @@ def _require_callable(decorator: str, what: str, target: Any) -> None:
         raise TypeError(f"{decorator} decorates {what}; got {target!r}")
 
 
-def _check_key_fields(key: str, signature: inspect.Signature, name: str) -> None:
+def _check_key_fields(key: str, signature: inspect.Signature, name: str, what: str = "key") -> None:
     """Refuse a ``key`` format string that names no argument of the function, at decoration.
 
     Keys are formatted with the bound arguments by name; a field that names no argument (or
@@ -255,13 +330,13 @@ def _check_key_fields(key: str, signature: inspect.Signature, name: str) -> None
     try:
         fields = [field for _, field, _, _ in string.Formatter().parse(key) if field is not None]
     except ValueError as exc:
-        raise ValueError(f"key {key!r} is not a valid format string: {exc}") from None
+        raise ValueError(f"{what} {key!r} is not a valid format string: {exc}") from None
     arguments = list(signature.parameters)
     for field in fields:
         argument = re.split(r"[.\[]", field, maxsplit=1)[0]  # "account" of "{account[id]}"
         if argument not in arguments:
             raise ValueError(
-                f"key {key!r} has the field {{{field}}}, which names no argument of {name}; "
+                f"{what} {key!r} has the field {{{field}}}, which names no argument of {name}; "
                 f"its arguments are {arguments}"
             )
 

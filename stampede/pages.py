@@ -225,6 +225,12 @@ async def _afind(visit: _Visit) -> tuple[Any, _Page | None]:
     return get_page, _Page(key, policy.timeout if reader.timeout is None else reader.timeout)
 
 
+def _tags(visit: _Visit) -> dict[str, Any]:
+    """Return the ``tags=`` of a page's own fill (``@single_flight(tags=...)``), if any."""
+    tags = visit.guard.get("tags")
+    return {} if tags is None else {"tags": tags}
+
+
 def _learning_key(visit: _Visit) -> str:
     request = visit.request
     url = iri_to_uri(request.build_absolute_uri()).encode("ascii")
@@ -267,7 +273,9 @@ def _render_and_store(visit: _Visit) -> tuple[HttpResponseBase, bool]:
     if shared is None:
         return response, False
     snapshot = shared.snapshot
-    cache.get_or_load(shared.key, lambda: snapshot, timeout=shared.timeout, grace=policy.grace)
+    cache.get_or_load(
+        shared.key, lambda: snapshot, timeout=shared.timeout, grace=policy.grace, **_tags(visit)
+    )
     _publish(shared, policy, cache)
     return response, True
 
@@ -350,7 +358,9 @@ async def _arender_and_store(visit: _Visit) -> tuple[HttpResponseBase, bool]:
     async def stored() -> HttpResponseBase:
         return snapshot
 
-    await cache.aget_or_load(shared.key, stored, timeout=shared.timeout, grace=policy.grace)
+    await cache.aget_or_load(
+        shared.key, stored, timeout=shared.timeout, grace=policy.grace, **_tags(visit)
+    )
     await _apublish(shared, policy, cache)
     return response, True
 

@@ -34,10 +34,10 @@ def record_of(key: CacheKey, found: dict[Any, Any]) -> Any:
     return meta.decode_object(found.get(key.key, MISSING), found.get(meta_name(key)))
 
 
-def writes(key: CacheKey, record: Any, filled_ms: int = 0) -> tuple[dict[Any, Any], list[Any]]:
+def writes(key: CacheKey, record: Any, filled_us: int = 0) -> tuple[dict[Any, Any], list[Any]]:
     """Return (what to set, what to delete) in the backend to store ``record`` at ``key``,
-    filed under ``key``'s tags by a load that began at ``filled_ms``."""
-    value, meta_bytes = meta.encode_object(record, key.tags, filled_ms)
+    filed under ``key``'s tags by a load that began at ``filled_us``."""
+    value, meta_bytes = meta.encode_object(record, key.tags, filled_us)
     named = {key.key: value, meta_name(key): meta_bytes}
     return (
         {name: part for name, part in named.items() if part is not MISSING and part is not None},

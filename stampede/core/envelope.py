@@ -26,19 +26,20 @@ from .failure import Failure as Failure  # the name failures pickle under (see f
 class Envelope:
     """A cached value, the wall-clock time it turns stale, and how long it took to load.
 
-    A tagged value also records the stamp keys of its tags and ``filled_at``, when its load
-    began (Redis's clock, read when the fill's lock was won); ``invalidated_at`` is set when
-    the value was read back invalidated softly (``core/tags.py``): stale from then on.
+    A tagged value also records the stamp keys of its tags and ``filled_us``, when its load
+    began (Redis's clock in microseconds, read when the fill's lock was won);
+    ``invalidated_at`` is set when the value was read back invalidated softly
+    (``core/tags.py``): stale from then on.
     """
 
-    __slots__ = ("filled_at", "invalidated_at", "load_seconds", "soft_expires_at", "tags", "value")
+    __slots__ = ("filled_us", "invalidated_at", "load_seconds", "soft_expires_at", "tags", "value")
 
     def __init__(
         self,
         value: Any,
         soft_expires_at: float | None,
         load_seconds: float,
-        filled_at: float | None = None,
+        filled_us: int | None = None,
         tags: tuple[Any, ...] = (),
         invalidated_at: float | None = None,
     ) -> None:
@@ -46,7 +47,7 @@ class Envelope:
         #: Epoch seconds (shared across machines); None means it never turns stale.
         self.soft_expires_at = soft_expires_at
         self.load_seconds = load_seconds
-        self.filled_at = filled_at
+        self.filled_us = filled_us
         self.tags = tags
         self.invalidated_at = invalidated_at
 

@@ -317,8 +317,8 @@ def _refreshed_since(latest: Any, seen: Envelope) -> bool:
         return False
     if seen.invalidated_at is not None:
         return True  # seen invalidated softly, and filled since: nothing to refresh
-    if latest.filled_at is not None and seen.filled_at is not None:
-        return latest.filled_at > seen.filled_at
+    if latest.filled_us is not None and seen.filled_us is not None:
+        return latest.filled_us > seen.filled_us
     if latest.soft_expires_at is None or seen.soft_expires_at is None:
         return latest.soft_expires_at != seen.soft_expires_at
     return latest.soft_expires_at > seen.soft_expires_at

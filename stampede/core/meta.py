@@ -12,7 +12,7 @@ filled key should cost little more than a plain ``set`` of its value:
   soft expiry (ms since 2025, 40 bits), load time (8 bits, a small float of milliseconds,
   enough for XFetch), and 15 bits of the CRC-32 of the value's bytes. Redis keeps an integer
   inside the key's object, with no allocation of its own: 72 bytes a key instead of 136;
-- ``t1 <soft> <load ms> <check> <filled ms> <stamp key>...`` for a tagged value (or a soft
+- ``t1 <soft> <load ms> <check> <filled us> <stamp key>...`` for a tagged value (or a soft
   expiry the integer cannot hold): the tags' stamp keys, and when its load began, which
   ``core/tags.py`` compares with the stamps when the value is read;
 - ``x1 <ms> <meta>``: the same value, invalidated softly at ``<ms>`` (``cache.invalidate(key,
@@ -104,12 +104,12 @@ def load_seconds_of(code: int) -> float:
 
 
 def meta_of(
-    record: Envelope, raw: bytes, tags: Sequence[Name] = (), filled_ms: int = 0
+    record: Envelope, raw: bytes, tags: Sequence[Name] = (), filled_us: int = 0
 ) -> bytes | None:
     """Return the meta of ``record`` whose value is stored as ``raw`` (None: none needed).
 
-    ``tags``: the stamp keys of the value's tags; ``filled_ms``: when its load began (Redis's
-    clock, ms), compared with those stamps when it is read.
+    ``tags``: the stamp keys of the value's tags; ``filled_us``: when its load began (Redis's
+    clock, microseconds), compared with those stamps when it is read.
     """
     soft = record.soft_expires_at
     if not tags:
@@ -124,7 +124,7 @@ def meta_of(
             b"-" if soft is None else repr(soft).encode(),
             b"%d" % round(record.load_seconds * 1000),
             b"%d" % check_of(raw),
-            b"%d" % filled_ms,
+            b"%d" % filled_us,
             *(tag if isinstance(tag, bytes) else tag.encode() for tag in tags),
         ]
     )
@@ -139,11 +139,11 @@ def _packed(soft: float, load_seconds: float, raw: bytes) -> bytes | None:
 
 
 def encode(
-    record: Any, dumps: ValueDumps, tags: Sequence[Name] = (), filled_ms: int = 0
+    record: Any, dumps: ValueDumps, tags: Sequence[Name] = (), filled_us: int = 0
 ) -> tuple[bytes | None, bytes | None]:
     """Return (the value's bytes, the meta) that store ``record`` (value None: no value).
 
-    ``tags`` and ``filled_ms``: see :func:`meta_of` (a plain value filed under tags gets a meta
+    ``tags`` and ``filled_us``: see :func:`meta_of` (a plain value filed under tags gets a meta
     that holds them).
     """
     if isinstance(record, Failure):
@@ -152,9 +152,9 @@ def encode(
         raw = as_bytes(dumps(record))
         if not tags:
             return raw, None
-        return raw, meta_of(Envelope(record, None, 0.0), raw, tags, filled_ms)
+        return raw, meta_of(Envelope(record, None, 0.0), raw, tags, filled_us)
     raw = as_bytes(dumps(record.value))
-    return raw, meta_of(record, raw, tags, filled_ms)
+    return raw, meta_of(record, raw, tags, filled_us)
 
 
 def decode(raw: bytes | None, meta: bytes | None, loads: ValueLoads) -> Any:
@@ -202,7 +202,7 @@ def _tagged(value: Any, raw: bytes, meta: bytes) -> Any:
         if int(parts[3]) != check_of(raw):
             return value
         soft = None if parts[1] == b"-" else float(parts[1])
-        filled = int(parts[4]) / 1000
+        filled = int(parts[4])
         return Envelope(value, soft, int(parts[2]) / 1000, filled, tuple(parts[5:]))
     except (IndexError, ValueError):
         return value
@@ -319,10 +319,10 @@ def _pickled(value: Any) -> bytes:
 
 
 def encode_object(
-    record: Any, tags: Sequence[Name] = (), filled_ms: int = 0
+    record: Any, tags: Sequence[Name] = (), filled_us: int = 0
 ) -> tuple[Any, bytes | None]:
     """Return (the value, its meta) that store ``record`` in a cache of objects (value
-    ``MISSING``: none), the meta naming the value by its pickle; ``tags``, ``filled_ms``: as
+    ``MISSING``: none), the meta naming the value by its pickle; ``tags``, ``filled_us``: as
     :func:`meta_of`."""
     if isinstance(record, Failure):
         return MISSING, _FAILURE_TAG + pickle.dumps(record)
@@ -330,7 +330,7 @@ def encode_object(
         record = Envelope(record, None, 0.0)
     if record.soft_expires_at is None and not tags:
         return record.value, None
-    return record.value, meta_of(record, _pickled(record.value), tags, filled_ms)
+    return record.value, meta_of(record, _pickled(record.value), tags, filled_us)
 
 
 def decode_object(value: Any, meta: bytes | None) -> Any:

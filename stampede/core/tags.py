@@ -4,8 +4,8 @@ Rule: no I/O, no clock reads. What a stamp means for an entry is decided here; t
 stamps and write them with the scripts of ``io/scripts.py``.
 
 Each tag has one small stamp key (named by the adapter, under the cache's ``KEY_PREFIX``):
-``<soft ms> <hard ms> <created ms>``, times of Redis's own clock (``TIME``). An entry filed
-under tags records their stamp keys and when its load began (``filled ms``, Redis's clock too,
+``<soft us> <hard us> <created us>``, microseconds of Redis's own clock (``TIME``). An entry filed
+under tags records their stamp keys and when its load began (``filled us``, Redis's clock too,
 read when its lock was won). When it is read, each of its tags' stamps is compared with it:
 
 - hard-invalidated after its load began: a miss (the fill protocol loads it once);
@@ -55,12 +55,12 @@ def checked_tags(tags: Any) -> tuple[str, ...]:
 class Stamp:
     """What a tag's stamp key holds: the last soft and hard invalidation, and its creation."""
 
-    __slots__ = ("created_ms", "hard_ms", "soft_ms")
+    __slots__ = ("created_us", "hard_us", "soft_us")
 
-    def __init__(self, soft_ms: int, hard_ms: int, created_ms: int) -> None:
-        self.soft_ms = soft_ms
-        self.hard_ms = hard_ms
-        self.created_ms = created_ms
+    def __init__(self, soft_us: int, hard_us: int, created_us: int) -> None:
+        self.soft_us = soft_us
+        self.hard_us = hard_us
+        self.created_us = created_us
 
     @classmethod
     def parse(cls, raw: bytes | None) -> Stamp | None:
@@ -88,16 +88,16 @@ def judged(record: Any, stamps: Mapping[Name, bytes | None]) -> Any:
     """
     if type(record) is not Envelope or not record.tags:
         return record
-    filled_ms = round((record.filled_at or 0.0) * 1000)
-    soft_ms = 0
+    filled_us = record.filled_us or 0
+    soft_us = 0
     for tag in record.tags:
         stamp = Stamp.parse(stamps.get(tag))
-        if stamp is None or stamp.created_ms > filled_ms or stamp.hard_ms >= filled_ms:
+        if stamp is None or stamp.created_us > filled_us or stamp.hard_us >= filled_us:
             return MISSING
-        if stamp.soft_ms >= filled_ms:
-            soft_ms = max(soft_ms, stamp.soft_ms)
-    if soft_ms:
-        at = soft_ms / 1000
+        if stamp.soft_us >= filled_us:
+            soft_us = max(soft_us, stamp.soft_us)
+    if soft_us:
+        at = soft_us / 1_000_000
         if record.invalidated_at is None or record.invalidated_at < at:
             record.invalidated_at = at
     return record

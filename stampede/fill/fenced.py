@@ -100,7 +100,7 @@ class FencedStore(RedisStore):
 class FencedFillLock(WaitingLock):
     """One flight's hold on an outside lock, its wake-ups and its fenced commit."""
 
-    __slots__ = ("_epoch", "_filled_ms", "_key", "_mutex", "_store", "_ttl", "_wakeups")
+    __slots__ = ("_epoch", "_filled_us", "_key", "_mutex", "_store", "_ttl", "_wakeups")
 
     def __init__(self, store: FencedStore, key: CacheKey, ttl: float) -> None:
         self._store = store
@@ -108,7 +108,7 @@ class FencedFillLock(WaitingLock):
         self._ttl = ttl
         self._mutex: Any = None  # made by the first attempt, where its errors are the fill's
         self._epoch = b""
-        self._filled_ms = 0  # the cache Redis's time once the lock was won (tagged fills)
+        self._filled_us = 0  # the cache Redis's time once the lock was won (tagged fills)
         self._wakeups = WakeUps(store.client, key, meta.carried_loads(store.loads))
 
     def _outside(self, call: Callable[[], Any]) -> Any:
@@ -139,8 +139,8 @@ class FencedFillLock(WaitingLock):
         if stamps:
             # When the load begins, on the cache Redis's clock, as its tags' stamps are
             # written; their missing stamps are created now (``core/tags.py``).
-            self._filled_ms = tag_stamps.server_ms(self._store.client)
-            tag_stamps.create(self._store.client, stamps, self._filled_ms)
+            self._filled_us = tag_stamps.server_us(self._store.client)
+            tag_stamps.create(self._store.client, stamps, self._filled_us)
         return LockAttempt(True, record=self._store.judged(record, {}))
 
     def peek(self) -> float | None:
@@ -159,7 +159,7 @@ class FencedFillLock(WaitingLock):
         raw, meta_bytes = (
             (None, None)
             if record is MISSING
-            else self._store.encode(record, self._key.tags, self._filled_ms)
+            else self._store.encode(record, self._key.tags, self._filled_us)
         )
         size = None if raw is None else len(raw) + len(meta_bytes or b"")
         carried = travels_with_wakeup(outcome, size)

@@ -67,14 +67,14 @@ class NearReads:
         """Return the stamp keys of ``record``'s tags that have no copy here."""
         if type(record) is not Envelope or not record.tags:
             return []
-        return [stamp for stamp in record.tags if self.near.lookup(stamp) is None]
+        return [stamp for stamp in record.tags if self.near.lookup(copy_name(stamp)) is None]
 
     def judged(self, record: Any, read: dict[Any, Any]) -> Any:
         """Return ``record`` judged by its tags' stamps: the copies kept here, else ``read``
         (stamp key: bytes, from Redis)."""
         known = {}
         for stamp in record.tags:
-            copy = self.near.lookup(stamp)
+            copy = self.near.lookup(copy_name(stamp))
             known[stamp] = read.get(stamp) if copy is None else copy[0]
         return tags.judged(record, known)
 
@@ -86,7 +86,7 @@ class NearReads:
         for full, (copy, pttl) in zip(stamps, replies, strict=True):
             read[full] = None if copy is None else copy[0]
             if copy is not None and pttl != -2:
-                self.near.admit(full, copy, taken, None if pttl < 0 else pttl / 1000)
+                self.near.admit(copy_name(full), copy, taken, None if pttl < 0 else pttl / 1000)
         return read
 
     def fresh(self, full: Any, options: FillOptions, clock: Clock) -> Any:
@@ -191,10 +191,18 @@ class NearReads:
 
     def forget(self, fulls: Sequence[Any]) -> None:
         """Drop the copies of ``fulls`` at once: this process wrote or deleted them."""
-        self.near.invalidate(fulls)
+        self.near.invalidate(
+            [*fulls, *(copy_name(full) for full in fulls if isinstance(full, bytes))]
+        )
 
     def flush(self) -> None:
         self.near.flush()
+
+
+def copy_name(full: Any) -> Any:
+    """Return the name a copy of ``full`` is kept under: the text Redis's reports name it by
+    (a tag's stamp key comes out of a meta as bytes)."""
+    return full.decode("utf-8", "replace") if isinstance(full, bytes) else full
 
 
 @contextmanager

@@ -81,7 +81,7 @@ ACQUIRE_READ = Script(
 -- KEYS[1] lock key, KEYS[2] cache key, KEYS[3] its meta key, KEYS[4..] its tags' stamp keys
 -- ARGV[1] token, ARGV[2] ttl in ms
 -- returns {1, the cache key's value, its meta (each nil when absent), the server's time in
---          ms, then each stamp} when acquired, {0} when not
+--          microseconds, then each stamp} when acquired, {0} when not
 -- A fill's acquire: the winner learns in the same round trip whether the previous holder
 -- stored a value between the winner's first read and this attempt, so it goes straight to
 -- its loader when the key is still absent. A loser is not told the holder's TTL: it
@@ -93,12 +93,12 @@ ACQUIRE_READ = Script(
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
     or redis.call('GET', KEYS[1]) == ARGV[1] then
   local now = redis.call('TIME')
-  local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-  local found = {1, false, false, ms}
+  local us = string.format('%.0f', tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  local found = {1, false, false, us}
   local values = redis.call('MGET', KEYS[2], KEYS[3])
   found[2], found[3] = values[1], values[2]
   for i = 4, #KEYS do
-    redis.call('SET', KEYS[i], '0 0 ' .. ms, 'NX')
+    redis.call('SET', KEYS[i], '0 0 ' .. us, 'NX')
     found[#found + 1] = redis.call('GET', KEYS[i])
   end
   return found
@@ -222,14 +222,14 @@ STAMP_TAGS = Script(
     """
 -- KEYS[1..] stamp keys of tags (on a cluster, one per call: each lives in its own slot)
 -- ARGV[1] "soft" or "hard"
--- returns the server's time in ms, now the stamps' soft (or hard) invalidation time
--- A stamp is "<soft ms> <hard ms> <created ms>" (core/tags.py). Invalidating writes the stamp,
+-- returns the server's time in microseconds, now the stamps' soft (or hard) invalidation time
+-- A stamp is "<soft us> <hard us> <created us>" (core/tags.py). Invalidating writes the stamp,
 -- and nothing else: the same for ten entries filed under the tag or ten million. A missing
 -- stamp is created invalidated now.
 local now = redis.call('TIME')
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local us = tonumber(now[1]) * 1000000 + tonumber(now[2])
 for i = 1, #KEYS do
-  local soft, hard, created = 0, 0, ms
+  local soft, hard, created = 0, 0, us
   local stamp = redis.call('GET', KEYS[i])
   if stamp then
     local a, b, c = string.match(stamp, '^(%d+) (%d+) (%d+)$')
@@ -238,13 +238,13 @@ for i = 1, #KEYS do
     end
   end
   if ARGV[1] == 'hard' then
-    hard = ms
+    hard = us
   else
-    soft = ms
+    soft = us
   end
   redis.call('SET', KEYS[i], string.format('%.0f %.0f %.0f', soft, hard, created))
 end
-return ms
+return string.format('%.0f', us)
 """,
 )
 

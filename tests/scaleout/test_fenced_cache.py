@@ -9,6 +9,7 @@ import time
 import pytest
 from django.core.cache import caches
 
+from stampede import Filler
 from stampede.core.keys import CacheKey
 from stampede.core.wakeup import FILLED
 from stampede.fill.fenced import FencedStore
@@ -63,6 +64,25 @@ def test_a_delete_during_a_load_voids_its_write(redis, quorum):
     again = store.lock(key, 5)
     assert again.attempt().won and again.commit(FILLED, "fresh", 60)
     assert store.read(key) == "fresh"
+
+
+@pytest.mark.parametrize("soft", [False, True], ids=["hard", "soft"])
+def test_tags_and_soft_invalidation_hold_under_a_fenced_lock(redis, quorum, soft):
+    store = fenced_store(redis, quorum)
+    filler = Filler(store)
+    key = CacheKey("tagged", "tagged", None, (b"stampede:tag:catalog",))
+    calls: list[str] = []
+
+    def loader(value: str):
+        return lambda: calls.append(value) or value
+
+    assert filler.get_or_load(key, loader("v1"), 300) == "v1"
+    store.invalidate_tags(key.tags, hard=not soft)
+    assert filler.get_or_load(key, loader("v2"), 300) == "v2"
+    assert filler.get_or_load(key, loader("v3"), 300) == "v2"
+    filler.invalidate_softly(key)
+    assert filler.get_or_load(key, loader("v4"), 300) == "v4"
+    assert calls == ["v1", "v2", "v4"]
 
 
 def test_a_flush_during_a_load_voids_its_write(redis, quorum):

@@ -186,6 +186,30 @@ def test_a_cold_stampede_of_asyncio_tasks_loads_each_key_once(cluster, cluster_u
     assert loads == dict.fromkeys(cold, 1)
 
 
+@pytest.mark.parametrize("soft", [False, True], ids=["hard", "soft"])
+def test_a_tag_whose_entries_span_every_primary_loads_each_once_when_invalidated(
+    cluster, cluster_url, soft
+):
+    """The tag's stamps live in slots of their own, on other nodes than most entries: created,
+    read and written across nodes, each entry still loads once per invalidation."""
+    tagged = keys_on_every_primary(cluster, per_primary=2, prefix="tagged")
+    assert workers.fill_every_tagged_key(cluster_url, tagged, "v1", 0) == ["v1"] * 6
+    assert all(cluster.exists(stamp) for stamp in workers.TAG_STAMPS)
+    for key in tagged:
+        cluster.delete(workers.counter_of(key))
+    store = workers.filler_for(cluster_url, 30.0, 20.0).store
+
+    store.invalidate_tags([workers.TAG_STAMPS[1]], hard=not soft)
+    results = run_concurrently(workers.fill_every_tagged_key, 3, 4, cluster_url, tagged, "v2", 0.3)
+
+    loads = {key: int(cluster.get(workers.counter_of(key))) for key in tagged}
+    assert [kind for kind, _ in results] == ["ok"] * 12, results
+    assert loads == dict.fromkeys(tagged, 1)
+    if not soft:
+        assert [values for _, values in results] == [["v2"] * 6] * 12
+    assert workers.fill_every_tagged_key(cluster_url, tagged, "v3", 0) == ["v2"] * 6
+
+
 # -- (c) wake-ups are sharded -------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
 from stampede import Filler, FillOptions, Mutex, RedisStore, aio
+from stampede.core.keys import CacheKey
 
 _lock = threading.Lock()
 _clients: dict[str, RedisCluster] = {}
@@ -60,6 +61,26 @@ def fill_every_key(url: str, keys: list[str], load_seconds: float) -> list[Any]:
 
         values.append(filler.get_or_load(key, load, timeout=300))
     return sorted(values)
+
+
+#: The stamp keys of the tags the tag tests file their keys under: in slots of their own.
+TAG_STAMPS = (b"stampede:tag:catalog", b"stampede:tag:shoes")
+
+
+def fill_every_tagged_key(url: str, keys: list[str], value: str, load_seconds: float) -> list[Any]:
+    """Get-or-load each of ``keys`` filed under ``TAG_STAMPS``; return the values, sorted."""
+    client = client_for(url)
+    filler = filler_for(url, 30.0, 20.0)
+    values = []
+    for key in keys:
+
+        def load(key: str = key) -> str:
+            client.incr(counter_of(key))
+            time.sleep(load_seconds)
+            return value
+
+        values.append(filler.get_or_load(CacheKey(key, key, None, TAG_STAMPS), load, timeout=300))
+    return values
 
 
 def fill_timed(url: str, key: str, load_seconds: float, wait_timeout: float) -> tuple[str, float]:

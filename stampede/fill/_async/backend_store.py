@@ -59,10 +59,10 @@ class BackendStore:
         return tags.judged(record, tags.by_key(missing, read))
 
     async def write(
-        self, key: CacheKey, record: Any, ttl: float | None, filled_ms: int = 0
+        self, key: CacheKey, record: Any, ttl: float | None, filled_us: int = 0
     ) -> None:
         """Store ``record``: the value through the backend's own ``set``, its meta beside it."""
-        stored, gone = layout.writes(key, record, filled_ms)
+        stored, gone = layout.writes(key, record, filled_us)
         if gone:
             await self.backend.adelete_many(gone, version=key.version)
         await self.backend.aset_many(stored, timeout=ttl, version=key.version)
@@ -90,7 +90,7 @@ class BackendStore:
         await scripts.arun_many(
             self.client, scripts.INVALIDATE, [store_calls.invalidate(key) for key in keys]
         )
-        at_ms = await tag_stamps.server_ms(self.client)
+        at_ms = await tag_stamps.server_us(self.client) // 1000
         for key in keys:
             found = await self.backend.aget_many(layout.read_names(key), version=key.version)
             if key.key not in found:
@@ -126,7 +126,7 @@ class BackendFillLock(WaitingLock):
         self._key = key
         # No fencing token: the ownership check guards the write.
         self._mutex = FillMutex(store.client, key.full, ttl, auto_renew=True, fencing=False)
-        self._filled_ms = 0
+        self._filled_us = 0
         self._wakeups = WakeUps(store.client, key, pickle.loads)
 
     async def attempt(self) -> LockAttempt:
@@ -136,8 +136,8 @@ class BackendFillLock(WaitingLock):
         if self._key.tags:
             # When the load begins, on the clock of the stamps (the lock's Redis); their
             # missing stamps are created now (``core/tags.py``).
-            self._filled_ms = await tag_stamps.server_ms(self._store.client)
-            await tag_stamps.create(self._store.client, self._key.tags, self._filled_ms)
+            self._filled_us = await tag_stamps.server_us(self._store.client)
+            await tag_stamps.create(self._store.client, self._key.tags, self._filled_us)
         return LockAttempt(True, record=await self._store.read(self._key))
 
     async def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
@@ -147,7 +147,7 @@ class BackendFillLock(WaitingLock):
             if not await self._mutex.owned():
                 await self._mutex.release(message=outcome)
                 return False
-            await self._store.write(self._key, record, ttl, self._filled_ms)
+            await self._store.write(self._key, record, ttl, self._filled_us)
         return await self._mutex.release(message=outcome)
 
     async def close(self) -> None:

@@ -15,17 +15,18 @@ from ...core.keys import Name
 from ...io import scripts
 
 
-async def server_ms(client: Any) -> int:
-    """Return Redis's time in ms: when a load begins, on the clock stamps are written with."""
+async def server_us(client: Any) -> int:
+    """Return Redis's time in microseconds: when a load begins, on the clock stamps are
+    written with."""
     seconds, micros = await client.time()
-    return int(seconds) * 1000 + int(micros) // 1000
+    return int(seconds) * 1_000_000 + int(micros)
 
 
-async def create(client: Any, stamps: Sequence[Name], created_ms: int) -> None:
+async def create(client: Any, stamps: Sequence[Name], created_us: int) -> None:
     """Create the stamps that are missing (``SET NX``: never invalidated, created now)."""
     pipe = client.pipeline(transaction=False)
     for stamp in stamps:
-        pipe.set(stamp, b"0 0 %d" % created_ms, nx=True)
+        pipe.set(stamp, b"0 0 %d" % created_us, nx=True)
     await pipe.execute()
 
 
@@ -39,11 +40,12 @@ async def read(client: Any, stamps: Sequence[Name], cluster: bool) -> list[Any]:
 
 async def invalidate(client: Any, stamps: Sequence[Name], hard: bool, cluster: bool) -> None:
     """Write the stamps of ``stamps``' tags, softly or ``hard``: one script, or one per stamp
-    on a cluster (each in its own slot), pipelined."""
+    on a cluster, where each lives in its own slot (redis-py pipelines no script there; a call
+    names a few tags, so a few round trips)."""
     if not stamps:
         return
-    if cluster:
-        calls = [store_calls.stamp_tags([stamp], hard) for stamp in stamps]
-        await scripts.arun_many(client, scripts.STAMP_TAGS, calls)
+    if not cluster:
+        await scripts.arun(client, scripts.STAMP_TAGS, *store_calls.stamp_tags(stamps, hard))
         return
-    await scripts.arun(client, scripts.STAMP_TAGS, *store_calls.stamp_tags(stamps, hard))
+    for stamp in stamps:
+        await scripts.arun(client, scripts.STAMP_TAGS, *store_calls.stamp_tags([stamp], hard))

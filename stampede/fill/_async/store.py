@@ -91,11 +91,11 @@ class RedisStore:
     # unasync: end
 
     def encode(
-        self, record: Any, stamps: Sequence[Name] = (), filled_ms: int = 0
+        self, record: Any, stamps: Sequence[Name] = (), filled_us: int = 0
     ) -> tuple[bytes | None, bytes | None]:
         """Return (the value's bytes, its meta) that store ``record`` (see ``core/meta.py``),
-        filed under the tags of ``stamps`` by a load that began at ``filled_ms``."""
-        return meta.encode(record, self.dumps, stamps, filled_ms)
+        filed under the tags of ``stamps`` by a load that began at ``filled_us``."""
+        return meta.encode(record, self.dumps, stamps, filled_us)
 
     async def read(self, key: CacheKey) -> Any:
         full = key.full
@@ -129,10 +129,10 @@ class RedisStore:
             return await tag_stamps.read(self.client, names, cluster=True)
         return list(await self._mget(*names))  # with this turn's other reads, on a loop
 
-    async def create_stamps(self, names: Sequence[Name], created_ms: int) -> None:
+    async def create_stamps(self, names: Sequence[Name], created_us: int) -> None:
         """Create the missing stamps of ``names`` on a cluster, where ``ACQUIRE_READ`` cannot
         reach them (in other slots)."""
-        await tag_stamps.create(self.client, names, created_ms)
+        await tag_stamps.create(self.client, names, created_us)
 
     async def invalidate_tags(self, names: Sequence[Name], hard: bool) -> None:
         """Invalidate every entry filed under the tags of the stamp keys ``names``: their
@@ -244,7 +244,7 @@ class RedisFillLock(WaitingLock):
     loader keeps it; after a refused extension the commit (token checked in Redis) writes nothing.
     """
 
-    __slots__ = ("_filled_ms", "_key", "_renewal", "_store", "_token", "_ttl", "_wakeups")
+    __slots__ = ("_filled_us", "_key", "_renewal", "_store", "_token", "_ttl", "_wakeups")
 
     def __init__(self, store: RedisStore, key: CacheKey, ttl: float) -> None:
         self._store = store
@@ -252,7 +252,7 @@ class RedisFillLock(WaitingLock):
         self._ttl = ttl
         self._token: str | None = None
         self._renewal: Renewal | None = None
-        self._filled_ms = 0  # Redis's time when the lock was won: when the load began
+        self._filled_us = 0  # Redis's time (us) when the lock was won: when the load began
         self._wakeups = WakeUps(store.client, key, meta.carried_loads(store.loads))
 
     async def attempt(self) -> LockAttempt:
@@ -270,9 +270,9 @@ class RedisFillLock(WaitingLock):
             self._token = None
             return lost
         self._renewal = schedule_renewal(self._renew, self._ttl / 3)
-        record, self._filled_ms, known = store_calls.won_attempt(reply, store.loads, stamps)
+        record, self._filled_us, known = store_calls.won_attempt(reply, store.loads, stamps)
         if self._key.tags and not stamps:
-            await store.create_stamps(self._key.tags, self._filled_ms)
+            await store.create_stamps(self._key.tags, self._filled_us)
         return LockAttempt(True, record=await store.judged(record, known))
 
     async def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
@@ -284,7 +284,7 @@ class RedisFillLock(WaitingLock):
         stored = (
             None
             if record is MISSING
-            else self._store.encode(record, self._key.tags, self._filled_ms)
+            else self._store.encode(record, self._key.tags, self._filled_us)
         )
         call = store_calls.commit(self._key, token, outcome, stored, ttl)
         self._stop_renewal()
