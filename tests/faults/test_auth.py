@@ -363,6 +363,28 @@ def step_async_fill() -> None:
     assert asyncio.run(fill()) == "a"
 
 
+def step_tags() -> None:
+    """Tagged fills, soft and hard tag invalidation, a key invalidated softly, sync and async."""
+    cache = caches["default"]
+    calls = []
+
+    def load() -> int:
+        calls.append(1)
+        return len(calls)
+
+    assert cache.get_or_load("tagged", load, 60, tags=["catalog"]) == 1
+    cache.invalidate_tags("catalog")
+    assert cache.get_or_load("tagged", load, 60, tags=["catalog"]) == 2
+    cache.invalidate_tags("catalog", soft=False)
+    cache.invalidate("tagged")
+
+    async def again() -> Any:
+        await cache.ainvalidate_tags("catalog")
+        return await cache.aget_or_load("tagged", load, 60, tags=["catalog"])
+
+    assert asyncio.run(again()) == 3
+
+
 def steps(url: str, client: redis_py.Redis) -> list[tuple[str, Callable[[], None]]]:
     """The features, each run as the user of ``url``; ``client`` (the default user's) only
     watches the server, so that none of its commands is counted as the library's."""
@@ -374,6 +396,7 @@ def steps(url: str, client: redis_py.Redis) -> list[tuple[str, Callable[[], None
         ("guards", lambda: step_guards(url, client)),
         ("celery task guard", lambda: step_celery_task_guard(url)),
         ("async fill", step_async_fill),
+        ("tags", step_tags),
         ("plain RedisCache get/set/delete", step_plain_cache),
     ]
 
