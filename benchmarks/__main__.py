@@ -37,11 +37,13 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parent.parent  # the repository: --baseline's revisions
 QUICK_HELP = (
     "smoke run: 2 x 10 clients, 1.5 s churn, 2 000 hit calls, scale to 50, 1 repetition; "
-    "async 0.5 s per row; asgi 50 connections for 2 s; faults 10 s rows, a 2 s outage at 2.5 s"
+    "async 0.5 s per row; asgi 50 connections for 2 s; faults 10 s rows, a 2 s outage at 2.5 s; "
+    "invalidation 1.5 s before and after, 1 repetition, 10 000 entries for the large tag"
 )
 SCENARIOS_HELP = (
     f"comma-separated, of {', '.join(plan.SCENARIOS + plan.ASYNC_SCENARIOS)} "
-    f"(default: {','.join(plan.SCENARIOS)}; async, asgi and faults run only when named)"
+    f"(default: {','.join(plan.SCENARIOS)}; async, asgi, faults and invalidation run only when "
+    "named)"
 )
 IMPLS_HELP = f"comma-separated, of {', '.join(ADAPTERS)} (default: all)"
 BASELINE_HELP = (
@@ -357,12 +359,15 @@ def _baseline(
 
 
 def _run_async(scenario: str, settings: plan.Settings, client: Any, url: str) -> dict:
-    """Run the ``async``, ``asgi`` or ``faults`` scenario; return ``{size: {row: entry}}`` as
-    the others (``faults`` starts a Redis per row: ``client`` and ``url`` are not used)."""
-    from . import asgi, async_calls
+    """Run the ``async``, ``asgi``, ``faults`` or ``invalidation`` scenario; return ``{size:
+    {row: entry}}`` as the others (``faults`` starts a Redis per row: ``client`` and ``url``
+    are not used; ``invalidation``'s "sizes" are its parts, each a table)."""
+    from . import asgi, async_calls, invalidation
 
     progress = Progress(_async_steps(scenario, settings))
     try:
+        if scenario == "invalidation":
+            return invalidation.run(client, url, settings, step=progress.note)
         if scenario == "faults":
             return {f"{settings.faults_connections} connections": _run_faults(settings, progress)}
         if scenario == "async":
@@ -408,8 +413,10 @@ def _run_faults(settings: plan.Settings, progress: Progress) -> dict[str, dict]:
 
 def _async_steps(scenario: str, settings: plan.Settings) -> int:
     """Return how many runs the scenario makes here, after saying which backends cannot run."""
-    from . import asgi, async_calls, faults
+    from . import asgi, async_calls, faults, invalidation
 
+    if scenario == "invalidation":
+        return invalidation.steps(settings)
     if scenario == "faults":
         for name, why in faults.not_run().items():
             print(f"faults: {name}: {why}", file=sys.stderr)
@@ -469,10 +476,24 @@ def _meta(scenario: str, size: str, settings: plan.Settings) -> dict[str, Any]:
     }
 
 
+def _invalidation_tables(parts: dict, settings: plan.Settings) -> list[str]:
+    """Print the invalidation scenario's tables; return them in Markdown."""
+    from .invalidation_tables import tables
+
+    markdown = []
+    for heading, header, body in tables(parts, settings):
+        print(f"\n{heading}\n{report.text_table(header, body)}")
+        markdown.append(f"### {heading}\n\n{report.markdown_table(header, body)}\n")
+    return markdown
+
+
 def _report(results, scenarios, settings, about, args, elapsed) -> int:
     markdown = []
     for scenario in scenarios:
         sizes = results[scenario]
+        if scenario == "invalidation":
+            markdown += _invalidation_tables(sizes, settings)
+            continue
         size = next(iter(sizes)) if scenario != "scale" else "-"
         heading = report.title(scenario, _meta(scenario, size, settings))
         header, body = report.rows(scenario, sizes, settings.grace)
@@ -504,6 +525,10 @@ def _report(results, scenarios, settings, about, args, elapsed) -> int:
         )
     classic = {s: sizes for s, sizes in results.items() if s in plan.SCENARIOS}
     checks = targets.check(results, settings) if classic else []
+    if "invalidation" in results:
+        from .invalidation import goals
+
+        checks += goals(results["invalidation"])
     if checks:
         print("\ntargets for stampede:\n  " + "\n  ".join(targets.render(checks)))
     document = {

@@ -13,8 +13,10 @@ from dataclasses import asdict, dataclass, field, replace
 SCENARIOS = ("cold", "churn", "hit", "scale")
 #: Scenarios that run only when named (``--scenarios async,asgi,faults``): asyncio calls in one
 #: process (``async_calls``), a Django site on uvicorn under wrk (``asgi``), each backend side by
-#: side, and that site through a Redis outage under uvicorn and gunicorn (``faults``).
-ASYNC_SCENARIOS = ("async", "asgi", "faults")
+#: side, and that site through a Redis outage under uvicorn and gunicorn (``faults``); tag
+#: invalidation under load against ``delete_many``, its cost, and memory per key
+#: (``invalidation``).
+ASYNC_SCENARIOS = ("async", "asgi", "faults", "invalidation")
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,19 @@ class Settings:
     faults_at_s: float = 8.0
     faults_outage_s: float = 4.0
     faults_warm_s: float = 2.0
+    # invalidation: P x T clients (processes, threads) read `invalidation_keys` keys, the
+    # loader sleeps `invalidation_load_s`; invalidated `invalidation_warm_s` after the start,
+    # read `invalidation_after_s` more; invalidate_tags timed `invalidation_timed` times with
+    # `invalidation_keys` and `invalidation_big` entries under the tag; memory of
+    # `invalidation_memory_keys` keys (benchmarks.invalidation)
+    invalidation_keys: int = 1_000
+    invalidation_load_s: float = 0.020
+    invalidation_warm_s: float = 2.0
+    invalidation_after_s: float = 3.0
+    invalidation_repeat: int = 3
+    invalidation_big: int = 100_000
+    invalidation_timed: int = 20
+    invalidation_memory_keys: int = 1_000
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -82,6 +97,11 @@ QUICK = {
     "faults_at_s": 2.5,
     "faults_outage_s": 2.0,
     "faults_warm_s": 1.0,
+    "invalidation_warm_s": 1.5,
+    "invalidation_after_s": 1.5,
+    "invalidation_repeat": 1,
+    "invalidation_big": 10_000,
+    "invalidation_timed": 10,
 }
 
 

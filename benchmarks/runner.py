@@ -104,15 +104,23 @@ class _Counters:
             client.close()
 
 
-def run(spec: RunSpec, client: Any) -> RunResult:
-    """Perform one run against the Redis that ``client`` talks to; see the module docstring."""
+def run(spec: RunSpec, client: Any, target: Any = None) -> RunResult:
+    """Perform one run against the Redis that ``client`` talks to; see the module docstring.
+
+    ``target`` is the workers' entry point (default: :func:`child_main`, the classic
+    scenarios'); another scenario's takes the same arguments and keeps the same protocol
+    (barriers, one ``("ok" | "fatal", index, payload)`` on the queue, wait for "collected").
+    """
     counters = _Counters(spec, client)
     counters.flush()
     context = multiprocessing.get_context("spawn")
     ready, go = context.Barrier(spec.processes + 1), context.Barrier(spec.processes + 1)
     collected, results = context.Event(), context.Queue()
     # A twin's target redirects the child's imports to the baseline while it is unpickled.
-    target = baseline.FromSource(spec.source) if spec.source else child_main
+    if spec.source:
+        target = baseline.FromSource(spec.source)
+    elif target is None:
+        target = child_main
     children = [
         context.Process(
             target=target,
