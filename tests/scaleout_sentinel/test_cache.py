@@ -75,6 +75,37 @@ def test_store_and_listener_are_on_the_primary(settings, cluster):
         assert int(primary.get(COUNTER)) == 1
 
 
+@pytest.mark.parametrize("soft", [False, True], ids=["hard", "soft"])
+def test_tags_over_sentinel_are_stamped_and_read_on_the_primary(settings, cluster, soft):
+    """Stamps are written and read where the entries are: a replica that lags (its writes
+    paused) changes nothing; each key loads once per invalidation."""
+    settings.CACHES = workers.sentinel_caches(cluster.addresses)
+    cache = caches["default"]
+    calls: list[str] = []
+
+    def loader(key: str, value: str):
+        return lambda: calls.append(key) or value
+
+    keys = [f"product:{n}" for n in range(3)]
+    with redis_py.Redis(port=cluster.primary.port) as primary:
+        primary.flushall()
+        for key in keys:
+            assert cache.get_or_load(key, loader(key, "v1"), 300, tags=["catalog"]) == "v1"
+        with redis_py.Redis(port=cluster.replica.port) as replica:
+            replica.execute_command("CLIENT", "PAUSE", 60000, "WRITE")
+            try:
+                cache.invalidate_tags("catalog", soft=soft)
+                values = [
+                    cache.get_or_load(k, loader(k, "v2"), 300, tags=["catalog"]) for k in keys
+                ]
+                again = [cache.get_or_load(k, loader(k, "v3"), 300, tags=["catalog"]) for k in keys]
+            finally:
+                replica.execute_command("CLIENT", "UNPAUSE")
+
+    assert values == again == ["v2"] * 3
+    assert sorted(calls) == sorted(keys * 2)
+
+
 @pytest.mark.slow
 def test_cold_stampede_over_sentinel_cache_loads_once(cluster):
     """4 processes x 8 threads, one cold key: exactly 1 loader call, all 32 served."""
