@@ -1,0 +1,1 @@
+"""A small shop (categories, products, tags) whose models invalidate their cache tags."""
