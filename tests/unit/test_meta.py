@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pickle
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from stampede.core import meta
 from stampede.core.envelope import Envelope
 from stampede.core.failure import Failure
@@ -66,3 +69,81 @@ def test_objects_in_a_cache_that_is_not_redis_are_named_by_their_pickle():
     assert meta.decode_object([1, 2], written).soft_expires_at == 1234.5
     assert meta.decode_object([1, 3], written) == [1, 3]
     assert meta.decode_object(MISSING, written) is MISSING
+
+
+# -- the lean forms: one integer, a tagged string, a soft invalidation's mark ------------------
+
+NOW = 1_795_000_000.0  # 2026: inside the packed integer's range (2025 to 2059)
+
+
+@given(
+    soft=st.floats(min_value=1_735_689_600.001, max_value=2_800_000_000.0),
+    load=st.floats(min_value=0.0, max_value=500.0),
+    value=st.binary(max_size=64),
+)
+def test_an_untagged_meta_is_one_integer_that_keeps_the_soft_expiry_to_the_ms(soft, load, value):
+    raw, written = meta.encode(Envelope(value, soft, load), pickle.dumps)
+
+    assert written is not None and written.isdigit() and int(written) < 2**63
+    record = meta.decode(raw, written, pickle.loads)
+    assert abs(record.soft_expires_at - soft) <= 0.0005 + 1e-9
+    # the load time within 1/16 (XFetch's factor), or 1 ms for short loads
+    assert abs(record.load_seconds - min(load, 507.904)) <= max(0.001, load / 16) + 1e-9
+
+
+def test_the_load_code_is_monotonic_and_exact_for_short_loads():
+    codes = [meta.load_code(ms / 1000) for ms in range(0, 600_000, 7)]
+    assert codes == sorted(codes) and max(codes) <= 255
+    assert [meta.load_seconds_of(meta.load_code(ms / 1000)) for ms in range(32)] == [
+        ms / 1000 for ms in range(32)
+    ]
+
+
+def test_a_soft_expiry_out_of_the_integers_range_keeps_the_string_form():
+    raw, written = meta.encode(Envelope("v", 1234.5, 0.25), pickle.dumps)
+
+    assert written.startswith(b"t1 ")
+    assert meta.decode(raw, written, pickle.loads).soft_expires_at == 1234.5
+
+
+def test_a_tagged_meta_names_its_stamps_and_its_load_start():
+    stamps = (b":1:stampede:tag:catalog", b":1:stampede:tag:product:1")
+    raw, written = meta.encode(
+        Envelope("v", NOW, 0.05), pickle.dumps, stamps, 1_795_000_000_123_456
+    )
+    record = meta.decode(raw, written, pickle.loads)
+
+    assert record.tags == stamps and record.filled_us == started
+    assert record.soft_expires_at == NOW and record.load_seconds == 0.05
+    assert meta.decode(pickle.dumps("replaced"), written, pickle.loads) == "replaced"
+
+
+def test_a_plain_value_filed_under_tags_has_a_meta_with_no_soft_expiry():
+    raw, written = meta.encode("v", pickle.dumps, (b"s",), 7)
+    record = meta.decode(raw, written, pickle.loads)
+
+    assert (record.value, record.soft_expires_at, record.tags, record.filled_us) == (
+        "v",
+        None,
+        (b"s",),
+        7,
+    )
+
+
+def test_a_soft_invalidation_marks_any_meta_and_a_second_mark_replaces_the_first():
+    raw, packed = meta.encode(Envelope("v", NOW, 0.05), pickle.dumps)
+    marked = meta.invalidated(meta.invalidated(packed, 1), 1_795_000_000_500)
+    record = meta.decode(raw, marked, pickle.loads)
+
+    assert record.invalidated_at == 1_795_000_000.5 and record.soft_expires_at == NOW
+    plain = meta.decode(pickle.dumps("p"), meta.invalidated(None, 2_000), pickle.loads)
+    assert (plain.value, plain.invalidated_at) == ("p", 2.0)
+    assert meta.soft_expiry(marked) == NOW
+
+
+def test_aging_a_meta_in_place_keeps_the_value_it_names():
+    raw, packed = meta.encode(Envelope("v", NOW, 0.05), pickle.dumps)
+    aged = meta.with_soft_expiry(packed, NOW - 3600)
+
+    assert meta.decode(raw, aged, pickle.loads).soft_expires_at == NOW - 3600
+    assert meta.soft_expiry(aged) == NOW - 3600
