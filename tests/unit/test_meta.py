@@ -108,9 +108,8 @@ def test_a_soft_expiry_out_of_the_integers_range_keeps_the_string_form():
 
 def test_a_tagged_meta_names_its_stamps_and_its_load_start():
     stamps = (b":1:stampede:tag:catalog", b":1:stampede:tag:product:1")
-    raw, written = meta.encode(
-        Envelope("v", NOW, 0.05), pickle.dumps, stamps, 1_795_000_000_123_456
-    )
+    started = 1_795_000_000_123_456
+    raw, written = meta.encode(Envelope("v", NOW, 0.05), pickle.dumps, stamps, started)
     record = meta.decode(raw, written, pickle.loads)
 
     assert record.tags == stamps and record.filled_us == started
