@@ -3,6 +3,8 @@
 Rule: core module (no Django). Drivers call ``emit``; adapters subscribe with ``listen``
 (``stampede.signals`` turns events into Django signals; the Prometheus exporter counts them).
 Rule: emitting never raises into the caller: a failing listener is logged and skipped.
+Rule: while fill calls are observed (``core.calls``), each event is also noted for the call in
+progress in the emitting context, which reads its outcome from them.
 
 Events and their payloads (``key`` is the full cache key or lock name):
 
@@ -27,6 +29,8 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
+
+from . import calls
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +70,8 @@ def unlisten(listener: Listener) -> None:
 def emit(event: str, **payload: Any) -> None:
     """Count ``event`` in this process and hand it to every listener."""
     _counts[event] += 1
+    if calls.observing:
+        calls.note(event, payload)
     for listener in tuple(_listeners):
         try:
             listener(event, **payload)

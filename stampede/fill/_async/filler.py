@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...core import flight
+from ...core import calls, flight
 from ...core.clock import SYSTEM_CLOCK, Clock
 from ...core.keys import CacheKey, Name
 from ...core.missing import MISSING
@@ -44,6 +44,12 @@ from ...exceptions import NotFound
 from ..near import NearReads, filling
 from .driver import STORE_ERRORS, run_protocol
 from .flights import Flights, first_read, flight_group
+
+#: Whether this module's calls run on an event loop (``CallRecord.asynchronous``).
+ASYNCHRONOUS = False
+# unasync: async only
+ASYNCHRONOUS = True
+# unasync: end
 
 
 class Filler:
@@ -102,6 +108,10 @@ class Filler:
         saw raises :class:`~stampede.exceptions.NotFound`, and the loader is not called.
         On asyncio, ``loader`` may be a coroutine function; a plain one runs in a worker thread.
         """
+        if calls.observing and calls.unrecorded():
+            # Observed (``core.calls``): this call is recorded around a second entry, so that
+            # the plain path below costs nothing more than the check above.
+            return await self._recorded(key, loader, timeout, bloom, overrides)
         if not callable(loader):
             raise TypeError(f"loader must be callable; got {loader!r}")
         key = CacheKey.of(key)
@@ -151,10 +161,22 @@ class Filler:
                 if bloom is not None and verdict is Verdict.ABSENT:
                     await refuse_unknown(bloom, key, self.outage)
             protocol = flight.fill(key.full, timeout, options, clock, seen, verdict)
-            with filling(key, near):
-                return await run_protocol(
-                    protocol, self.store, key, loader, options.lock_ttl, serve, marking, self.outage
-                )
+            try:
+                with filling(key, near):
+                    return await run_protocol(
+                        protocol,
+                        self.store,
+                        key,
+                        loader,
+                        options.lock_ttl,
+                        serve,
+                        marking,
+                        self.outage,
+                    )
+            finally:
+                # A background refresh this flight started inherits the caller's context (a
+                # task copies it): its events are nobody's call (``core.calls``).
+                calls.hush()
 
         async def on_follow_timeout(waited: float) -> Any:
             nonlocal own
@@ -172,6 +194,27 @@ class Filler:
                     flight.load_own(), self.store, key, loader, options.lock_ttl, outage=self.outage
                 )
         return unwrap_private(value)
+
+    async def _recorded(
+        self,
+        key: CacheKey | Name,
+        loader: Callable[[], Any],
+        timeout: float | None,
+        bloom: MissGuard | None,
+        overrides: dict[str, Any],
+    ) -> Any:
+        """Return ``get_or_load``'s value, the call recorded for the observers of
+        ``core.calls`` (its outcome, wait and load times), whether it returns or raises."""
+        named = CacheKey.of(key)
+        call = calls.begin(named.full, named.tags, ASYNCHRONOUS)
+        error: BaseException | None = None
+        try:
+            return await self.get_or_load(named, loader, timeout, bloom=bloom, **overrides)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            calls.end(call, error)
 
     # unasync: async only
     async def _fresh_value(self, key: CacheKey, options: FillOptions) -> Any:
