@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 TOOLS = ("sphinx", "myst_parser", "furo")
 
-pytestmark = pytest.mark.skipif(
+needs_docs_tools = pytest.mark.skipif(
     any(importlib.util.find_spec(tool) is None for tool in TOOLS),
     reason='the docs tools are not installed: pip install -e ".[docs]"',
 )
@@ -36,8 +36,27 @@ def build(builder: str, out: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=170)
 
 
+@needs_docs_tools
 def test_docs_build_with_no_warnings(tmp_path):
     result = build("html", tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip() == "", result.stderr
     assert (tmp_path / "html" / "index.html").is_file()
+
+
+# The README is the front page (on GitHub and PyPI), outside the Sphinx build: its own checks.
+README = ROOT / "README.md"
+
+
+def test_readme_is_a_front_page_of_at_most_300_lines():
+    assert len(README.read_text().splitlines()) <= 300
+
+
+def test_readme_links_into_the_docs_resolve():
+    import re
+
+    targets = re.findall(r"\]\(([^)\s]+)\)", README.read_text())
+    local = [target.split("#")[0] for target in targets if "://" not in target]
+    assert local, "the README links into the docs"
+    missing = [target for target in local if target and not (ROOT / target).exists()]
+    assert missing == []
