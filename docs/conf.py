@@ -10,7 +10,6 @@ external links are not checked here (``-b linkcheck`` does that, by hand only).
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -35,7 +34,7 @@ import stampede  # noqa: E402
 
 project = "django-stampede"
 author = "django-stampede contributors"
-copyright = "django-stampede contributors"  # noqa: A001
+copyright = "django-stampede contributors"
 release = stampede.__version__
 version = release
 

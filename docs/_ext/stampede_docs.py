@@ -78,9 +78,12 @@ class EventsList(Directive):
     def run(self) -> list[nodes.Node]:
         from stampede.core import events
 
-        return [_table(["event", "Django signal"], [
-            [f"`{name}`", f"`stampede.signals.{name}`"] for name in events.EVENTS
-        ])]
+        return [
+            _table(
+                ["event", "Django signal"],
+                [[f"`{name}`", f"`stampede.signals.{name}`"] for name in events.EVENTS],
+            )
+        ]
 
 
 def _drop_absent_pages(app: Any, docname: str, source: list[str]) -> None:

@@ -88,4 +88,3 @@ def blocks(path: Path) -> list[Block]:
         else:
             raise ValueError(f"{page}: unknown python fence info {info!r}")
     return found
-

@@ -33,7 +33,9 @@ def test_every_system_check_id_is_documented():
     in_code = set()
     for path in (ROOT / "stampede").rglob("*.py"):
         in_code |= set(re.findall(r"[\"'](stampede\.[EWCI]\d{3})[\"']", path.read_text()))
-    documented = [cell for cell in first_column("checks.md") if re.fullmatch(r"stampede\.\w\d{3}", cell)]
+    documented = [
+        cell for cell in first_column("checks.md") if re.fullmatch(r"stampede\.\w\d{3}", cell)
+    ]
     assert sorted(documented) == sorted(in_code)
     assert len(documented) == len(set(documented))
 
