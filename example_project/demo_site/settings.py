@@ -6,13 +6,16 @@ Environment:
 - ``DEMO_SQLITE_PATH``: the SQLite file; default ``example_project/db.sqlite3`` (gitignored).
   ``manage.py migrate`` creates it with a few hundred products.
 - ``CATALOGUE_REPORT_DAYS``: days of sales the slow query sums up (1825); more is slower.
-- ``DJANGO_DEBUG=1``: debug pages.
+- ``DJANGO_DEBUG=1``: debug pages, and django-debug-toolbar with stampede's panel where it is
+  installed (``pip install django-debug-toolbar``; docs/debug-toolbar.md);
+  ``STAMPEDE_EXAMPLE_TOOLBAR=0`` leaves the toolbar out even then.
 
 This is a demo: the secret key is public and nothing here is fit for production.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -62,3 +65,25 @@ CACHES = {
 # The catalogue's own knobs (catalogue/views.py).
 CATALOGUE_REPORT_DAYS = int(os.environ.get("CATALOGUE_REPORT_DAYS", "1825"))
 CATALOGUE_CACHE_SECONDS = 60
+
+# django-debug-toolbar with stampede's panel: in debug mode, where the toolbar is installed.
+TOOLBAR = (
+    DEBUG
+    and os.environ.get("STAMPEDE_EXAMPLE_TOOLBAR") != "0"
+    and importlib.util.find_spec("debug_toolbar") is not None
+)
+STATIC_URL = "static/"
+if TOOLBAR:
+    INSTALLED_APPS += ["django.contrib.staticfiles", "debug_toolbar"]
+    MIDDLEWARE.insert(0, "debug_toolbar.middleware.DebugToolbarMiddleware")
+    INTERNAL_IPS = ["127.0.0.1"]
+    DEBUG_TOOLBAR_PANELS = [
+        "debug_toolbar.panels.timer.TimerPanel",
+        "stampede.contrib.debug_toolbar.StampedePanel",
+        "debug_toolbar.panels.cache.CachePanel",
+        "debug_toolbar.panels.sql.SQLPanel",
+        "debug_toolbar.panels.headers.HeadersPanel",
+        "debug_toolbar.panels.request.RequestPanel",
+        "debug_toolbar.panels.settings.SettingsPanel",
+        "debug_toolbar.panels.versions.VersionsPanel",
+    ]

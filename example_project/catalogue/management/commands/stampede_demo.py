@@ -122,6 +122,9 @@ class Command(BaseCommand):
                         "DJANGO_SETTINGS_MODULE": settings.SETTINGS_MODULE,
                         "REDIS_URL": redis_url,
                         "DEMO_SQLITE_PATH": str(database),
+                        # The debug toolbar (DJANGO_DEBUG=1) would render into every page of
+                        # the burst: left out, so the numbers are the site's own.
+                        "STAMPEDE_EXAMPLE_TOOLBAR": "0",
                     },
                     log=Path(scratch) / "gunicorn.log",
                 )
