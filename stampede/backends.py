@@ -245,10 +245,11 @@ class StampedeCache(BaseCache):
         return stores.key_namer(self._settings)
 
     def _tagged_key(self, key: Any, version: Any, tags: Any) -> CacheKey:
-        named = self._namer(key, version)
+        namer = self._namer
+        named = namer(key, version)
         if not tags:
             return named
-        return named._replace(tags=self._namer.stamps(tags))
+        return CacheKey(named.full, named.key, named.version, namer.stamps(tags))
 
     # -- invalidation ----------------------------------------------------------------------
 

@@ -201,7 +201,7 @@ class KeyNamer:
     def __init__(self, wrapped: Any) -> None:
         self.wrapped = wrapped
         self._valid: dict[Any, bool] = {}
-        self._stamps: dict[str, bytes] = {}
+        self._stamps: dict[tuple[Any, ...], tuple[bytes, ...]] = {}
 
     def __call__(self, key: Any, version: Any) -> CacheKey:
         wrapped = self.wrapped
@@ -218,20 +218,29 @@ class KeyNamer:
 
     def stamps(self, names: Any) -> tuple[bytes, ...]:
         """Return the stamp keys of the tags ``names`` (``core/tags.py``), as the wrapped cache
-        names a key ``stampede:tag:<name>`` (its ``KEY_PREFIX``, its default ``VERSION``)."""
-        checked = checked_tags(names)
-        known = self._stamps
-        found = []
-        for tag in checked:
-            stamp = known.get(tag)
-            if stamp is None:
-                full = self.wrapped.make_key(f"{TAG_KEY_PREFIX}{tag}")
-                stamp = full.encode() if isinstance(full, str) else bytes(full)
-                if len(known) >= self.REMEMBERED:
-                    known.clear()
-                known[tag] = stamp
-            found.append(stamp)
-        return tuple(found)
+        names a key ``stampede:tag:<name>`` (its ``KEY_PREFIX``, its default ``VERSION``).
+
+        Remembered per list of tags, checked once: a tagged hit names the same tags each time.
+        """
+        if isinstance(names, (str, bytes)):
+            checked_tags(names)  # raises: one string is not a list of tags
+        try:
+            asked = names if type(names) is tuple else tuple(names)
+            found = self._stamps.get(asked)
+        except TypeError:  # not iterable, or a tag that is not hashable: checked_tags says why
+            asked, found = None, None
+        if found is not None:
+            return found
+        made = tuple(self._stamp_of(tag) for tag in checked_tags(names))
+        if asked is not None:
+            if len(self._stamps) >= self.REMEMBERED:
+                self._stamps.clear()
+            self._stamps[asked] = made
+        return made
+
+    def _stamp_of(self, tag: str) -> bytes:
+        full = self.wrapped.make_key(f"{TAG_KEY_PREFIX}{tag}")
+        return full.encode() if isinstance(full, str) else bytes(full)
 
 
 #: What a tag's stamp key is named before the cache's prefix and version: keys of this form

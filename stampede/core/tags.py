@@ -52,28 +52,6 @@ def checked_tags(tags: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(named))  # each once, in order
 
 
-class Stamp:
-    """What a tag's stamp key holds: the last soft and hard invalidation, and its creation."""
-
-    __slots__ = ("created_us", "hard_us", "soft_us")
-
-    def __init__(self, soft_us: int, hard_us: int, created_us: int) -> None:
-        self.soft_us = soft_us
-        self.hard_us = hard_us
-        self.created_us = created_us
-
-    @classmethod
-    def parse(cls, raw: bytes | None) -> Stamp | None:
-        """Return the stamp stored as ``raw``; None if absent or unreadable."""
-        if raw is None:
-            return None
-        try:
-            soft, hard, created = raw.split(b" ")
-            return cls(int(soft), int(hard), int(created))
-        except ValueError:
-            return None
-
-
 def missing_stamps(record: Any, known: Mapping[Name, Any]) -> list[Name]:
     """Return the stamp keys ``record`` is filed under that ``known`` has not read yet."""
     if type(record) is not Envelope or not record.tags:
@@ -90,12 +68,18 @@ def judged(record: Any, stamps: Mapping[Name, bytes | None]) -> Any:
         return record
     filled_us = record.filled_us or 0
     soft_us = 0
-    for tag in record.tags:
-        stamp = Stamp.parse(stamps.get(tag))
-        if stamp is None or stamp.created_us > filled_us or stamp.hard_us >= filled_us:
+    for tag in record.tags:  # on every tagged hit: parsed inline, no object per stamp
+        raw = stamps.get(tag)
+        if raw is None:
             return MISSING
-        if stamp.soft_us >= filled_us:
-            soft_us = max(soft_us, stamp.soft_us)
+        try:
+            soft, hard, created = map(int, raw.split(b" "))
+        except ValueError:
+            return MISSING
+        if created > filled_us or hard >= filled_us:
+            return MISSING
+        if soft >= filled_us and soft > soft_us:
+            soft_us = soft
     if soft_us:
         at = soft_us / 1_000_000
         if record.invalidated_at is None or record.invalidated_at < at:

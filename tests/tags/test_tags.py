@@ -377,3 +377,40 @@ def test_bad_tags_are_refused_naming_the_tag(make_cache, tags, error, message):
     if isinstance(tags, list):
         with pytest.raises(error, match=message):
             cache.invalidate_tags(*tags)
+
+
+# -- background refreshes are bounded -----------------------------------------------------------
+
+
+def test_a_refresh_past_the_background_bound_is_left_to_the_keys_next_caller(
+    make_cache, monkeypatch
+):
+    """With BACKGROUND, an invalidation of many keys starts at most MAX_BACKGROUND refreshes
+    in a process; past it, a caller is served the stale value and releases the key's lock."""
+    from stampede.core import background
+
+    monkeypatch.setattr(background.slots, "limit", 1)
+    cache = make_cache(BACKGROUND=True)
+    fill(cache, Loads(), "v1", ["a", "b"], tags=[TAG])
+    cache.invalidate_tags(TAG)
+    started, proceed = threading.Event(), threading.Event()
+
+    def held() -> str:
+        started.set()
+        assert proceed.wait(60)
+        return "v2"
+
+    loads = Loads()
+    try:
+        assert cache.get_or_load("a", held, 300, tags=[TAG]) == "v1"  # refreshed in background
+        assert started.wait(30)
+        assert cache.get_or_load("b", loads.of("b", "v2"), 300, tags=[TAG]) == "v1"  # refused
+        assert loads.calls == {}
+    finally:
+        proceed.set()
+    wait_until(lambda: background.slots.running == 0, "the background refresh to end")
+
+    assert cache.get_or_load("b", loads.of("b", "v2"), 300, tags=[TAG]) == "v1"  # started now
+    wait_until(lambda: background.slots.running == 0, "the second refresh to end")
+    assert fill(cache, loads, "v3", ["a", "b"], tags=[TAG]) == ["v2", "v2"]
+    assert loads.calls == {"b": 1}

@@ -160,8 +160,10 @@ class FlightIO:
             self.store, self.key, self.loader, self.lock_ttl, nobody, outage=self.outage
         )
         heir._lock = self._lock
-        start_background(_refresh_in_background, refresh, heir)
-        self._lock = None  # only once started: if the start fails, our close() releases it
+        if start_background(_refresh_in_background, refresh, heir):
+            self._lock = None  # only once started: else our close() releases it
+        else:
+            refresh.close()  # too much in the background already: the next caller refreshes
 
     def failed(self, step: flight.Step, error: Exception) -> Exception:
         """Return what to throw into the protocol for ``step``, which raised the store error
@@ -182,9 +184,7 @@ class FlightIO:
         lock, self._lock = self._lock, None
         if lock is None:
             return
-        if self._store_failed:
-            start_background(_close_in_background, lock)
-        else:
+        if not self._store_failed or not start_background(_close_in_background, lock):
             await lock.close()
 
 

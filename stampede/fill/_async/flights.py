@@ -13,6 +13,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Hashable
 from typing import Any, TypeAlias
 
+from ...core import background
 from ...core.keys import CacheKey
 from ...core.port import AsyncStore
 from ..near import NearReads
@@ -76,8 +77,24 @@ async def call_loader(loader: Callable[[], Any]) -> Any:
 _background: set[asyncio.Task[None]] = set()
 
 
-def start_background(run: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
-    """Run ``run(*args)`` in a task of its own: a refresh, or a release, nobody waits for."""
-    task = asyncio.get_running_loop().create_task(run(*args))
+def start_background(run: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> bool:
+    """Run ``run(*args)`` in a task of its own: a refresh, or a release, nobody waits for.
+
+    Return False, starting nothing, when this process runs ``MAX_BACKGROUND`` already
+    (``core.background``): the caller then does without (a refresh) or does it itself.
+    """
+    if not background.slots.take():
+        return False
+    try:
+        task = asyncio.get_running_loop().create_task(run(*args))
+    except BaseException:
+        background.slots.give()
+        raise
     _background.add(task)
-    task.add_done_callback(_background.discard)
+    task.add_done_callback(_finished)
+    return True
+
+
+def _finished(task: asyncio.Task[None]) -> None:
+    _background.discard(task)
+    background.slots.give()

@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
+from ...core import background
 from ...core.keys import CacheKey
 from ...core.port import Store
 from ..near import NearReads
@@ -36,6 +37,24 @@ def call_loader(loader: Callable[[], Any]) -> Any:
     return loader()
 
 
-def start_background(run: Callable[..., Any], *args: Any) -> None:
-    """Run ``run(*args)`` in a daemon thread: a refresh, or a release, nobody waits for."""
-    threading.Thread(target=run, args=args, name="stampede-background", daemon=True).start()
+def start_background(run: Callable[..., Any], *args: Any) -> bool:
+    """Run ``run(*args)`` in a daemon thread: a refresh, or a release, nobody waits for.
+
+    Return False, starting nothing, when this process runs ``MAX_BACKGROUND`` already
+    (``core.background``): the caller then does without (a refresh) or does it itself.
+    """
+    if not background.slots.take():
+        return False
+
+    def work() -> None:
+        try:
+            run(*args)
+        finally:
+            background.slots.give()
+
+    try:
+        threading.Thread(target=work, name="stampede-background", daemon=True).start()
+    except BaseException:
+        background.slots.give()
+        raise
+    return True
