@@ -37,6 +37,7 @@ from redis.exceptions import RedisError
 from . import call_args, passthrough, stores
 from . import signals as _signals  # noqa: F401  (herd events become Django signals)
 from .cache_settings import REDIS_URL_SCHEMES, parsed
+from .core import calls
 from .core import options as conf
 from .core.keys import CacheKey
 from .core.missing import MISSING
@@ -215,7 +216,10 @@ class StampedeCache(BaseCache):
         named = self._key(key, version)
         refuse_reentry(named.full)
         filler = self.filler
-        return near.fresh(named.full, filler.options, filler.clock)
+        copied = near.fresh(named.full, filler.options, filler.clock)
+        if calls.observing and copied is not MISSING:
+            calls.hit(named.full)  # a near hit never reaches the filler, which records calls
+        return copied
 
     def _async_filler(self) -> AsyncFiller | None:
         """Return the running loop's twin of :attr:`filler`, built once per loop.

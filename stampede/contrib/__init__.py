@@ -1,5 +1,8 @@
-"""Optional integrations with other coordination services; each needs its own extra.
+"""Optional integrations, each with its own extra; nothing here is imported by ``stampede``.
 
-Nothing here is imported by ``stampede`` itself: ``stampede.contrib.zookeeper`` needs kazoo
-(``pip install django-stampede[zookeeper]``) and is imported only by those who use it.
+- ``stampede.contrib.zookeeper``: a fill lock on ZooKeeper (``django-stampede[zookeeper]``);
+- ``stampede.contrib.opentelemetry``: spans and metrics of every fill call
+  (``django-stampede[opentelemetry]``);
+- ``stampede.contrib.debug_toolbar``: a django-debug-toolbar panel of each request's fill calls
+  (``django-stampede[debug-toolbar]``).
 """

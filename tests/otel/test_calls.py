@@ -178,3 +178,17 @@ def test_a_failing_observer_is_skipped(make_cache, records, caplog):
         calls.unobserve(broken)
     assert [record.outcome for record in records] == ["loaded"]
     assert "call observer" in caplog.text
+
+
+def test_a_near_cache_hit_served_before_the_filler_is_recorded_as_a_hit(make_cache, records):
+    from tests.django.test_near import armed, kept
+
+    cache = make_cache(NEAR_CACHE={"MAXSIZE": 100, "TTL": 60})
+    armed(cache)
+    cache.set("calls-near", "value", 60)
+    kept(cache, "calls-near")
+    records.clear()
+
+    assert cache.get_or_set("calls-near", lambda: "other", 60) == "value"
+    [record] = records
+    assert (record.outcome, record.key) == ("hit", cache.make_key("calls-near"))

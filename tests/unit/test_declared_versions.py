@@ -18,11 +18,18 @@ TESTED_EXTRAS = ("celery", "dev", "zookeeper", "metrics", "demo")
 NOT_OURS = {"kombu"}
 
 
-def lower_bounds() -> dict[str, Version]:
+#: The optional extras CI's main leg installs at their lowest (``.ci/constraints-extras.txt``)
+#: and its newest wheel leg at their newest.
+OPTIONAL_EXTRAS = ("opentelemetry", "debug-toolbar", "docs")
+#: Pinned there beside an extra's own package, at the same release (the SDK beside the API).
+WITH_THE_EXTRAS = {"opentelemetry-sdk": "opentelemetry-api"}
+
+
+def lower_bounds(extras: tuple[str, ...] = TESTED_EXTRAS, core: bool = True) -> dict[str, Version]:
     config = configparser.ConfigParser()
     config.read(ROOT / "setup.cfg")
-    lines = config["options"]["install_requires"].splitlines()
-    for extra in TESTED_EXTRAS:
+    lines = config["options"]["install_requires"].splitlines() if core else []
+    for extra in extras:
         lines += config["options.extras_require"][extra].splitlines()
     bounds: dict[str, Version] = {}
     for line in filter(None, (line.strip() for line in lines)):
@@ -33,9 +40,9 @@ def lower_bounds() -> dict[str, Version]:
     return bounds
 
 
-def pins() -> dict[str, Version]:
+def pins(name: str = "constraints-oldest.txt") -> dict[str, Version]:
     found = {}
-    for line in (ROOT / ".ci" / "constraints-oldest.txt").read_text().splitlines():
+    for line in (ROOT / ".ci" / name).read_text().splitlines():
         line = line.split("#")[0].strip()
         if line:
             name, version = line.split("==")
@@ -62,3 +69,15 @@ def test_every_pin_of_the_oldest_leg_is_a_declared_bound():
     declared = lower_bounds()
     for name in pins():
         assert name in declared or name in NOT_OURS, f"{name} is pinned but not declared"
+
+
+def test_the_optional_extras_are_installed_at_their_lower_bounds_before_the_readme_command():
+    pinned = pins("constraints-extras.txt")
+    declared = lower_bounds(OPTIONAL_EXTRAS, core=False)
+    assert {name: pinned[name] for name in declared if name in pinned} == declared
+    assert set(pinned) == set(declared) | set(WITH_THE_EXTRAS)
+    for package, beside in WITH_THE_EXTRAS.items():
+        assert pinned[package] == pinned[beside]
+    run = (ROOT / ".ci" / "run").read_text()
+    assert "-c .ci/constraints-extras.txt" in run
+    assert all(extra in run for extra in OPTIONAL_EXTRAS)

@@ -24,6 +24,9 @@ ASYNCIO_SIDE = (
 FORBIDDEN = {
     # The protocol, the record, options, names and the port: pure.
     "stampede.core.flight": ("redis", "django", "celery"),
+    "stampede.core.calls": ("redis", "django", "celery"),
+    "stampede.core.tags": ("redis", "django", "celery"),
+    "stampede.core.background": ("redis", "django", "celery"),
     "stampede.core.envelope": ("redis", "django", "celery"),
     "stampede.core.missing": ("redis", "django", "celery"),
     "stampede.core.private": ("redis", "django", "celery"),

@@ -1,7 +1,9 @@
 """The toolbar panel: every stampede fill call a request made, sync and async, with totals.
 
-How a call reaches the panel: one observer of ``stampede.core.calls``, registered once per
-process, appends each finished call's record to the list of the request being served, found
+How a call reaches the panel: one observer of ``stampede.core.calls``, registered while at
+least one request of the process is served with the panel (and only then: a process whose
+requests the toolbar does not show pays nothing for it), appends each finished call's record
+to the list of the request being served, found
 through a context variable that the panel sets for the length of the request
 (``enable_instrumentation``) and resets after it (``disable_instrumentation``). The variable
 follows the request wherever its code runs: a sync view runs in the thread that set it (WSGI)
@@ -36,8 +38,8 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 _records: contextvars.ContextVar[list[CallRecord] | None] = contextvars.ContextVar(
     "stampede_debug_toolbar_records", default=None
 )
-_observing = False
-_observing_lock = threading.Lock()
+_watching = 0  # requests of this process served with the panel right now
+_watching_lock = threading.Lock()
 
 
 def _record(record: CallRecord) -> None:
@@ -47,13 +49,22 @@ def _record(record: CallRecord) -> None:
         records.append(record)
 
 
-def _observe() -> None:
-    """Register the observer once per process (idempotent, thread-safe)."""
-    global _observing
-    with _observing_lock:
-        if not _observing:
+def _start_watching() -> None:
+    """Count one more request served with the panel; the first registers the observer."""
+    global _watching
+    with _watching_lock:
+        if _watching == 0:
             calls.observe(_record)
-            _observing = True
+        _watching += 1
+
+
+def _stop_watching() -> None:
+    """Count one request fewer; the last one out unregisters the observer."""
+    global _watching
+    with _watching_lock:
+        _watching = max(0, _watching - 1)
+        if _watching == 0:
+            calls.unobserve(_record)
 
 
 @functools.cache
@@ -80,16 +91,10 @@ class StampedePanel(Panel):
         self._started = time.perf_counter()
         self._token: contextvars.Token[list[CallRecord] | None] | None = None
 
-    @classmethod
-    def ready(cls) -> None:
-        _observe()
-
     # -- collecting, for the length of one request ------------------------------------------
 
     def enable_instrumentation(self) -> None:
-        # Again here, not only in ready(): a project (or a test) that installs the toolbar
-        # after start-up never runs the app's ready() for this panel.
-        _observe()
+        _start_watching()
         self._started = time.perf_counter()
         self._token = _records.set(self._calls)
 
@@ -97,6 +102,7 @@ class StampedePanel(Panel):
         token, self._token = self._token, None
         if token is None:
             return
+        _stop_watching()
         try:
             _records.reset(token)
         except ValueError:
