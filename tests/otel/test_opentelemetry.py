@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import threading
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from django.core.cache import caches
@@ -301,3 +303,36 @@ def test_importing_stampede_imports_no_opentelemetry():
         "print(sorted(m for m in set(sys.modules) - before if m.startswith('opentelemetry')))"
     )
     assert run_python(code) == "[]"
+
+
+def _documented(column_of: str) -> list[str]:
+    """Return the first cells (backticked names) of docs/observability.md's table whose header
+    starts with ``column_of``."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "observability.md").read_text()
+    names, inside = [], False
+    for line in page.splitlines():
+        if line.startswith("|") and not inside:
+            inside = line.strip("| ").lower().startswith(column_of)
+            continue
+        if not line.startswith("|"):
+            inside = False
+        elif inside and (match := re.match(r"^\|\s*`([^`]+)`", line)):
+            names.append(match.group(1))
+    return names
+
+
+def test_the_documented_span_attributes_and_metrics_are_what_the_code_makes(make_cache, telemetry):
+    cache = make_cache()
+    cache.get_or_load("otel-doc", lambda: 1, 60, tags=["catalog"])
+    with pytest.raises(ValueError):
+        cache.get_or_load("otel-doc-fails", _raise, 60)
+    made = {name for span in telemetry.spans() for name in span.attributes}
+
+    assert sorted(_documented("attribute")) == sorted(made)
+    assert sorted(_documented("opentelemetry")) == sorted(otel.METRICS)
+    page = (Path(__file__).resolve().parents[2] / "docs" / "observability.md").read_text()
+    assert f"`{otel.SPAN_NAME}`" in page and f"`{otel.WAIT_SPAN_NAME}`" in page
+
+
+def _raise() -> None:
+    raise ValueError("the loader failed")
