@@ -38,13 +38,21 @@ def window(calls: Iterable[Call], begin: float, end: float) -> list[Call]:
 
 
 def waited_for_a_load(calls: Iterable[Call], loads: Iterable[Load], version: int) -> int:
-    """Return how many ``calls`` waited for a load that another caller ran.
+    """Return how many ``calls`` waited for another process's load: a ``waited`` event (the
+    fill protocol parks a caller only on a miss, behind the lock of a load in progress)."""
+    return sum(
+        1 for call in calls if call[3] & WAITED and not call[3] & LOADED and call[2] != ERROR
+    )
 
-    Such a call did not run the loader itself, and either saw a ``waited`` event (it waited
-    for another process's fill) or followed a flight of its own process (``coalesced``) and
-    returned ``version`` from a load of its key that ended during it. A call served the old
-    value while a load ran did not wait, nor did one that read the new value after the load's
-    commit (on a busy machine many calls span a commit without waiting for it).
+
+def followed_a_load(calls: Iterable[Call], loads: Iterable[Load], version: int) -> int:
+    """Return how many ``calls`` followed a flight of their own process (``coalesced``) and
+    returned ``version`` while a load of their key that made it ended during them.
+
+    An upper bound of the in-process waits for a load: such a follower may equally have joined
+    a flight that found the new value already stored (a hit) or stored by another process
+    between its read and its lock attempt. A soft invalidation's flight serves its followers
+    the old value before it loads, so none of them waits for that load.
     """
     ends: dict[int, list[float]] = defaultdict(list)
     for key, _, end, made in loads:
@@ -54,13 +62,10 @@ def waited_for_a_load(calls: Iterable[Call], loads: Iterable[Load], version: int
         found.sort()
     count = 0
     for start, latency, returned, flags, key in calls:
-        if flags & LOADED or returned == ERROR:
-            continue
-        if flags & WAITED:
-            count += 1
+        if not flags & COALESCED or flags & LOADED or returned != version:
             continue
         found = ends.get(key)
-        if not flags & COALESCED or returned != version or not found:
+        if not found:
             continue
         at = bisect_left(found, start)
         count += at < len(found) and found[at] <= start + latency
@@ -116,6 +121,7 @@ def row_figures(
         "keys_loaded_twice": sum(count > 1 for count in loads_after.values()),
         "loads_of_unread_keys": sum(c for name, c in loads_after.items() if name not in read_after),
         "waited": waited_for_a_load(after, loads, new),
+        "followed": followed_a_load(after, loads, new),
         "ran_loader": sum(bool(call[3] & LOADED) for call in after),
         "slow_calls": sum(call[1] >= load_s for call in after if call[2] != ERROR),
         "stale_events": sum(bool(call[3] & STALE) for call in after),
@@ -262,6 +268,8 @@ def soft_goals(row: dict[str, Any] | None, name: str) -> list[Check]:
     waited = row.get("waited_max", row["waited"])
     measured_wait = (
         f"{waited:g} waited for another's load (worst run); "
+        f"{_num(row.get('followed', 0), 0)} followed a flight of their process to the new "
+        "value (median, an upper bound of in-process waits); "
         f"{_num(row['ran_loader'], 0)} ran the loader themselves, "
         f"{_num(row['slow_calls'], 0)} calls took a load time or more (medians)"
     )

@@ -7,6 +7,7 @@ the same for the other scenarios).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -39,6 +40,7 @@ ROWS: list[Column] = [
     ("loads/key", _loads),
     ("most loads of a key", lambda r: _num(r.get("most_loads_of_a_key_max"))),
     ("waited for another's load", lambda r: _num(r["waited"])),
+    ("followed a flight to the new value", lambda r: _num(r.get("followed", math.nan))),
     ("ran the loader", lambda r: _num(r["ran_loader"])),
     ("calls >= load", lambda r: _num(r["slow_calls"])),
     ("old value served", lambda r: _num(r["old_served"])),
