@@ -268,13 +268,13 @@ def stopping(server: Any, value: str) -> Callable[[], str]:
 
 
 @pytest.mark.fault("Redis silent from inside the load, default settings: threads")
-def test_a_holder_whose_commit_timed_out_returns_before_its_lock_is_released(default_cache):
+def test_a_holder_whose_commit_timed_out_returns_before_its_lock_is_released(default_cache, figure):
     """The commit met the silent Redis (one deadline); the release is not awaited for a second:
     the call returns with its value first, and the release ends on its own, in the background."""
     cache, server = default_cache
     try:
         with Timeline().watching() as timeline:
-            [(value, _)] = in_threads(
+            [(value, took)] = in_threads(
                 lambda _: cache.get_or_set("report", stopping(server, "fresh"), 60), 1
             )
             timeline.marks.append("returned")
@@ -282,13 +282,15 @@ def test_a_holder_whose_commit_timed_out_returns_before_its_lock_is_released(def
     finally:
         os.kill(server.process.pid, signal.SIGCONT)
 
+    figure("the call took", took, "s")
+    figure("in order", ", ".join(timeline.marks))
     assert value == "fresh"
     assert timeline.marks == ["returned", "release failed"]
 
 
 @pytest.mark.fault("Redis silent from inside the load, default settings: asyncio")
 def test_an_async_holder_whose_commit_timed_out_returns_before_its_lock_is_released(
-    default_cache,
+    default_cache, figure
 ):
     """The asyncio twin: the release is a task of its own, the call does not await it."""
     cache, server = default_cache
@@ -307,6 +309,7 @@ def test_an_async_holder_whose_commit_timed_out_returns_before_its_lock_is_relea
     finally:
         os.kill(server.process.pid, signal.SIGCONT)
 
+    figure("in order", ", ".join(marks))
     assert value == "fresh"
     assert marks == ["returned", "release failed"]
 
