@@ -269,8 +269,10 @@ def stopping(server: Any, value: str) -> Callable[[], str]:
 
 @pytest.mark.fault("Redis silent from inside the load, default settings: threads")
 def test_a_holder_whose_commit_timed_out_returns_before_its_lock_is_released(default_cache, figure):
-    """The commit met the silent Redis (one deadline); the release is not awaited for a second:
-    the call returns with its value first, and the release ends on its own, in the background."""
+    """The call returns before its lock's release ends: one deadline (the commit's), not two.
+
+    The commit met the silent Redis; the release is not awaited for a second deadline: it ends
+    on its own, in the background, after the call returned its value."""
     cache, server = default_cache
     try:
         with Timeline().watching() as timeline:
