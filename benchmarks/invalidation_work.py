@@ -14,7 +14,6 @@ Rule: child-side module; Django and stampede are imported in the child, never by
 from __future__ import annotations
 
 import logging
-import os
 import random
 import threading
 import time
@@ -23,7 +22,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import baseline, implementations
+from . import implementations, runner
 from .invalidation_figures import COALESCED, ERROR, LOADED, STALE, WAITED
 from .plan import RunSpec
 
@@ -279,17 +278,10 @@ class Clients:
 
 def child_main(spec: RunSpec, index: int, ready: Any, go: Any, collected: Any, results: Any):
     """Entry point of a spawned worker process (``runner.run``'s protocol)."""
-    try:
+
+    def run() -> dict[str, Any]:
         implementations.configure_django(spec.url, spec.grace)
-        outcome = Clients(spec, index).run(ready, go)
-        outcome["stampede_file"] = baseline.imported_stampede()
-    except BaseException:
-        for barrier in (ready, go):
-            barrier.abort()
-        results.put(("fatal", index, traceback.format_exc()))
-    else:
-        results.put(("ok", index, outcome))
-    results.close()
-    results.join_thread()
-    collected.wait(timeout=STARTUP_S + spec.settle_s + spec.seconds + spec.deadline_s)
-    os._exit(0)  # hung client threads and library threads must not keep the process alive
+        return Clients(spec, index).run(ready, go)
+
+    wait_s = STARTUP_S + spec.settle_s + spec.seconds + spec.deadline_s
+    runner.report_and_exit(run, index, ready, go, collected, results, wait_s)

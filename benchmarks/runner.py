@@ -32,8 +32,9 @@ import queue
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import redis
 
@@ -225,11 +226,30 @@ def child_main(spec: RunSpec, index: int, ready: Any, go: Any, collected: Any, r
     """Entry point of a spawned worker process."""
     from . import implementations, workload
 
-    try:
+    def run() -> dict[str, Any]:
         adapter = implementations.create(
             spec.impl, spec.url, spec.grace, spec.lock_urls, spec.zookeeper
         )
-        outcome = workload.run_process(adapter, spec, index, ready, go)
+        return workload.run_process(adapter, spec, index, ready, go)
+
+    report_and_exit(
+        run, index, ready, go, collected, results, STARTUP_S + spec.seconds + spec.deadline_s
+    )
+
+
+def report_and_exit(
+    run: Callable[[], dict[str, Any]],
+    index: int,
+    ready: Any,
+    go: Any,
+    collected: Any,
+    results: Any,
+    wait_s: float,
+) -> NoReturn:
+    """Run a worker's ``run()``, put its outcome (or its traceback) on ``results``, wait until
+    the parent ``collected`` them, then end the process (``runner.run``'s protocol)."""
+    try:
+        outcome = run()
         outcome["stampede_file"] = baseline.imported_stampede()
     except BaseException:
         for barrier in (ready, go):
@@ -239,6 +259,6 @@ def child_main(spec: RunSpec, index: int, ready: Any, go: Any, collected: Any, r
         results.put(("ok", index, outcome))
     results.close()
     results.join_thread()
-    collected.wait(timeout=STARTUP_S + spec.seconds + spec.deadline_s)
+    collected.wait(timeout=wait_s)
     # Hung client threads (daemons) and library threads must not keep the process alive.
     os._exit(0)

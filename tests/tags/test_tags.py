@@ -42,6 +42,19 @@ class Loads:
         return load
 
 
+def held_loader(value: Any) -> tuple[Callable[[], Any], threading.Event, threading.Event]:
+    """Return (a loader, started, proceed): the loader sets ``started``, then returns ``value``
+    once ``proceed`` is set (its caller holds the key's lock meanwhile)."""
+    started, proceed = threading.Event(), threading.Event()
+
+    def held() -> Any:
+        started.set()
+        assert proceed.wait(60)
+        return value
+
+    return held, started, proceed
+
+
 def stamp_of(cache: Any, tag: str) -> str:
     return cache.make_key(f"stampede:tag:{tag}")
 
@@ -86,12 +99,7 @@ def test_a_soft_invalidation_keeps_everyone_but_the_refresher_from_waiting(
     cache, other = caches["default"], caches["other"]
     fill(cache, Loads(), "v1", ["report"], tags=[TAG])
     cache.invalidate_tags(TAG)
-    started, proceed = threading.Event(), threading.Event()
-
-    def held() -> str:
-        started.set()
-        assert proceed.wait(60)
-        return "v2"
+    held, started, proceed = held_loader("v2")
 
     refresher = Background(lambda: cache.get_or_load("report", held, 300, tags=[TAG]))
     assert started.wait(30)
@@ -205,12 +213,7 @@ def test_past_the_stale_window_a_softly_invalidated_entry_is_a_miss(make_cache):
     fill(cache, Loads(), "v1", ["report"], tags=[TAG])
     cache.invalidate_tags(TAG)
     cache.filler.clock = shifted_clock([conf.MIN_STALE_WINDOW + 1])
-    started, proceed = threading.Event(), threading.Event()
-
-    def held() -> str:
-        started.set()
-        assert proceed.wait(60)
-        return "v2"
+    held, started, proceed = held_loader("v2")
 
     refresher = Background(lambda: cache.get_or_load("report", held, 300, tags=[TAG]))
     assert started.wait(30)
@@ -393,12 +396,7 @@ def test_a_refresh_past_the_background_bound_is_left_to_the_keys_next_caller(
     cache = make_cache(BACKGROUND=True)
     fill(cache, Loads(), "v1", ["a", "b"], tags=[TAG])
     cache.invalidate_tags(TAG)
-    started, proceed = threading.Event(), threading.Event()
-
-    def held() -> str:
-        started.set()
-        assert proceed.wait(60)
-        return "v2"
+    held, started, proceed = held_loader("v2")
 
     loads = Loads()
     try:
