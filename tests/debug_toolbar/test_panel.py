@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 import pytest
+from django.core.checks.registry import registry
 
 pytest.importorskip("debug_toolbar")
 
@@ -30,6 +31,7 @@ PANEL = "StampedePanel"
 @pytest.fixture
 def toolbar(settings, redis, redis_url):
     """Django set up as a site with the toolbar showing stampede's panel on every page."""
+    checks_before = set(registry.registered_checks)
     settings.CACHES = caches_config(redis_url)
     # Before INSTALLED_APPS: installing staticfiles checks STATIC_URL.
     settings.STATIC_URL = "/static/"
@@ -48,6 +50,9 @@ def toolbar(settings, redis, redis_url):
     views.state["redis"] = redis
     yield redis
     views.state.clear()
+    # Installing the toolbar registered its system checks for good: they would run in every
+    # later `manage.py check` of this worker, in settings that have no toolbar (no URLconf).
+    registry.registered_checks -= set(registry.registered_checks) - checks_before
 
 
 def request_id(response: Any) -> str:
