@@ -30,7 +30,7 @@ from .core import lockspec, process
 from .core.keys import CacheKey
 from .core.near import NearCache, NearOptions
 from .core.outage import Outage
-from .core.tags import checked_tags
+from .core.tags import STAMP_NAME_PREFIX, checked_tags
 from .django_internals import (
     BackendStore,
     async_store_for,
@@ -239,13 +239,8 @@ class KeyNamer:
         return made
 
     def _stamp_of(self, tag: str) -> bytes:
-        full = self.wrapped.make_key(f"{TAG_KEY_PREFIX}{tag}")
+        full = self.wrapped.make_key(f"{STAMP_NAME_PREFIX}{tag}")
         return full.encode() if isinstance(full, str) else bytes(full)
-
-
-#: What a tag's stamp key is named before the cache's prefix and version: keys of this form
-#: are the project's, as its lock and meta names are.
-TAG_KEY_PREFIX = "stampede:tag:"
 
 
 def key_namer(settings: CacheSettings) -> KeyNamer:

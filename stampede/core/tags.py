@@ -33,6 +33,10 @@ from .missing import MISSING
 #: The longest tag name (it becomes part of a Redis key, and each entry records it).
 MAX_TAG_LENGTH = 200
 
+#: What a tag's stamp key is named before the cache's prefix and version apply (``make_key``
+#: of ``stampede:tag:<name>``): keys of this form are the project's, as lock and meta names are.
+STAMP_NAME_PREFIX = "stampede:tag:"
+
 
 def checked_tags(tags: Any) -> tuple[str, ...]:
     """Return ``tags`` (an iterable of names) as a tuple, or raise a ``TypeError`` or

@@ -32,6 +32,7 @@ from django.template import Engine
 
 from stampede.core import calls
 from stampede.core.calls import CallRecord
+from stampede.core.tags import STAMP_NAME_PREFIX
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -133,6 +134,16 @@ class StampedePanel(Panel):
         return _engine().render_to_string("stampede_panel.html", context)
 
 
+def tag_name(stamp: str) -> str:
+    """Return the tag a stamp key stands for: ``catalogue`` of ``shop:1:stampede:tag:catalogue``."""
+    _, marker, name = stamp.rpartition(TAG_MARKER)
+    return name if marker else stamp
+
+
+#: What stands before a tag's name in its stamp key, after the cache's prefix and version.
+TAG_MARKER = ":" + STAMP_NAME_PREFIX
+
+
 def row(record: CallRecord, request_started: float) -> dict[str, Any]:
     """Return one call as the plain dict the panel stores (times in milliseconds)."""
     # A failed call may have run the loader too (the loader raised): its time or its lock say so.
@@ -146,7 +157,7 @@ def row(record: CallRecord, request_started: float) -> dict[str, Any]:
         "loaded": loaded,
         "locked": record.locked,
         "load_ms": record.load_seconds * 1000,
-        "tags": list(record.tags),
+        "tags": [tag_name(stamp) for stamp in record.tags],
         "error": _error_text(record.error),
         "side": "async" if record.asynchronous else "sync",
         "process": record.process,
