@@ -139,8 +139,7 @@ class FencedFillLock(WaitingLock):
         if stamps:
             # When the load begins, on the cache Redis's clock, as its tags' stamps are
             # written; their missing stamps are created now (``core/tags.py``).
-            self._filled_us = tag_stamps.server_us(self._store.client)
-            tag_stamps.create(self._store.client, stamps, self._filled_us)
+            self._filled_us = tag_stamps.load_begins(self._store.client, stamps)
         return LockAttempt(True, record=self._store.judged(record, {}))
 
     def peek(self) -> float | None:

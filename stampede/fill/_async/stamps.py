@@ -30,6 +30,15 @@ async def create(client: Any, stamps: Sequence[Name], created_us: int) -> None:
     await pipe.execute()
 
 
+async def load_begins(client: Any, stamps: Sequence[Name]) -> int:
+    """Return Redis's time in microseconds, when a tagged load begins, having created the
+    missing stamps of its tags as of then: for a store whose lock script cannot do both (a lock
+    outside the cache's Redis, or records in another cache)."""
+    began = await server_us(client)
+    await create(client, stamps, began)
+    return began
+
+
 async def read(client: Any, stamps: Sequence[Name], cluster: bool) -> list[Any]:
     """Return the stamps' bytes (None: missing), in order; one slot each on a cluster, where
     redis-py splits the read by node."""

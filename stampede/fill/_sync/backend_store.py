@@ -136,8 +136,7 @@ class BackendFillLock(WaitingLock):
         if self._key.tags:
             # When the load begins, on the clock of the stamps (the lock's Redis); their
             # missing stamps are created now (``core/tags.py``).
-            self._filled_us = tag_stamps.server_us(self._store.client)
-            tag_stamps.create(self._store.client, self._key.tags, self._filled_us)
+            self._filled_us = tag_stamps.load_begins(self._store.client, self._key.tags)
         return LockAttempt(True, record=self._store.read(self._key))
 
     def commit(self, outcome: bytes, record: Any, ttl: float | None) -> bool:
