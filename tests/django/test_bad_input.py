@@ -735,7 +735,7 @@ def test_a_bad_lock_argument_names_itself(cache, redis, make, error, message):
 
 
 def test_outside_lock_needs_a_redis_cache_and_no_lock_url(make_cache, redis_url):
-    urls = [redis_url, redis_url + "?a=1", redis_url + "?a=2"]
+    urls = [redis_url, redis_url + "&a=1", redis_url + "&a=2"]  # redis_url has a query
     with pytest.raises(ImproperlyConfigured, match=r"OPTIONS\['LOCK'\] needs a Redis cache"):
         make_cache("locmem", LOCK_URL=redis_url, LOCK={"REDLOCK": urls})
     with pytest.raises(ImproperlyConfigured, match="keep one"):

@@ -294,8 +294,8 @@ def test_manage_py_check_shows_the_warnings(settings):
     assert re.findall(r"stampede\.[EW]\d{3}", stderr.getvalue()) == ["stampede.W001"]
 
 
-def test_checks_open_no_connection_to_redis(settings, redis, redis_url):
-    settings.CACHES = workers.caches_config(redis_url, LOCK_TTL=0.5)
+def test_checks_open_no_connection_to_redis(settings, redis, redis_server):
+    settings.CACHES = workers.caches_config(redis_server.url, LOCK_TTL=0.5)  # no deadline: W005
     before = redis.info("stats")["total_connections_received"]
     assert ids(check_caches(app_configs=None)) == ["stampede.W001", "stampede.W005"]
     assert redis.info("stats")["total_connections_received"] == before

@@ -19,8 +19,8 @@ from redis.retry import Retry
 from stampede.io import factory, redis_internals
 
 
-def test_block_reads_makes_a_connected_socket_blocking(redis_url):
-    client = redis_py.Redis.from_url(redis_url, socket_timeout=1.0)
+def test_block_reads_makes_a_connected_socket_blocking(redis_server):
+    client = redis_py.Redis.from_url(redis_server.url, socket_timeout=1.0)
     pool = client.connection_pool
     connection = pool.connection_class(**pool.connection_kwargs)
     try:
@@ -65,8 +65,10 @@ def test_the_pool_takes_the_arguments_this_release_expects(redis):
         pool.release(connection)
 
 
-def test_own_connection_kwargs_replace_every_timeout_and_make_a_working_connection(redis_url):
-    client = redis_py.Redis.from_url(redis_url, socket_timeout=30.0, socket_connect_timeout=30.0)
+def test_own_connection_kwargs_replace_every_timeout_and_make_a_working_connection(redis_server):
+    client = redis_py.Redis.from_url(
+        redis_server.url, socket_timeout=30.0, socket_connect_timeout=30.0
+    )
     pool = client.connection_pool
     kwargs = redis_internals.own_connection_kwargs(
         pool.connection_kwargs, socket_timeout=0.5, socket_connect_timeout=0.5
@@ -86,8 +88,8 @@ def test_own_connection_kwargs_replace_every_timeout_and_make_a_working_connecti
         client.close()
 
 
-def test_an_async_twin_gets_only_arguments_its_connection_takes_and_answers(redis_url):
-    client = redis_py.Redis.from_url(redis_url, socket_timeout=30.0)
+def test_an_async_twin_gets_only_arguments_its_connection_takes_and_answers(redis_server):
+    client = redis_py.Redis.from_url(redis_server.url, socket_timeout=30.0)
     pool = client.connection_pool
     kwargs = redis_internals.async_connection_kwargs(pool.connection_kwargs, AsyncConnection)
     assert not set(kwargs) & redis_internals.SYNC_ONLY
