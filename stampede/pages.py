@@ -20,6 +20,11 @@ requests that waited for it render their own (``DontCache``).
 Rule: a page is stored before its URL's header list becomes visible, and the header list
 outlives the page: a request never finds the header list, misses the page and renders twice.
 Rule: every request gets its own copy of a cached response (middleware mutates headers).
+Rule: the page cache's own reads and writes follow ``ON_REDIS_ERROR`` as the fills do. With
+"load" (the default) a lookup that Redis failed renders the page uncached, and a write it
+failed is left out (the rendered page is still served); both are logged as the fills' are.
+With "raise" the error reaches the caller, as from Django's own cache middleware. The view's
+own errors are never caught: a view that fails on Redis fails as it would without the cache.
 """
 
 from __future__ import annotations
@@ -34,13 +39,28 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponseBase
 from django.utils.cache import get_cache_key
 from django.utils.encoding import iri_to_uri
+from redis.exceptions import RedisError
 
 from .core import options as conf
+from .core.keys import CacheKey
 from .core.private import DontCache
 from .page_decision import Shared, decide, own_copy, variant_key
 
 _LEARNED = "learned"
 _NOTE_SUFFIX = ".stampede-timeout"
+
+
+def _store_errors() -> tuple[type[Exception], ...]:
+    """Return the errors of the page cache's own calls that are Redis's: redis-py's, and the
+    ``ConnectionInterrupted`` that django-redis's sync calls raise in their place."""
+    try:
+        from django_redis.exceptions import ConnectionInterrupted
+    except ImportError:
+        return (RedisError,)
+    return (RedisError, ConnectionInterrupted)
+
+
+_STORE_ERRORS = _store_errors()
 
 
 @dataclass(frozen=True)
@@ -120,14 +140,20 @@ def _published(shared: Shared, policy: PagePolicy) -> list[tuple[dict[str, Any],
     ]
 
 
-def _publish(shared: Shared, policy: PagePolicy, cache: Any) -> None:
-    for values, lifetime in _published(shared, policy):
-        cache.set_many(values, lifetime)
+def _publish(shared: Shared, visit: _Visit) -> None:
+    try:
+        for values, lifetime in _published(shared, visit.policy):
+            visit.cache.set_many(values, lifetime)
+    except _STORE_ERRORS as error:
+        _without_redis(visit, error, "the page's header list write")
 
 
-async def _apublish(shared: Shared, policy: PagePolicy, cache: Any) -> None:
-    for values, lifetime in _published(shared, policy):
-        await cache.aset_many(values, lifetime)
+async def _apublish(shared: Shared, visit: _Visit) -> None:
+    try:
+        for values, lifetime in _published(shared, visit.policy):
+            await visit.cache.aset_many(values, lifetime)
+    except _STORE_ERRORS as error:
+        _without_redis(visit, error, "the page's header list write")
 
 
 class _HeaderReader:
@@ -225,6 +251,35 @@ async def _afind(visit: _Visit) -> tuple[Any, _Page | None]:
     return get_page, _Page(key, policy.timeout if reader.timeout is None else reader.timeout)
 
 
+def _without_redis(visit: _Visit, error: Exception, during: str) -> None:
+    """Apply ``ON_REDIS_ERROR`` to a page-cache read or write that Redis failed: raise
+    ``error`` ("raise"), or report it as a fill's failure is reported and let the request go
+    on without the cache ("load")."""
+    cache = visit.cache
+    if cache.filler.options.on_redis_error == "raise":
+        raise error
+    named = CacheKey(cache.make_key(_learning_key(visit)))  # the URL's, as its page is unknown
+    cache.filler.outage.unavailable(error, named, during)
+
+
+def _lookup(visit: _Visit) -> tuple[Any, _Page | None] | None:
+    """Return what :func:`_find` finds, or None where Redis failed it (reported)."""
+    try:
+        return _find(visit)
+    except _STORE_ERRORS as error:
+        _without_redis(visit, error, "the page lookup")
+        return None
+
+
+async def _alookup(visit: _Visit) -> tuple[Any, _Page | None] | None:
+    """Async twin of :func:`_lookup`."""
+    try:
+        return await _afind(visit)
+    except _STORE_ERRORS as error:
+        _without_redis(visit, error, "the page lookup")
+        return None
+
+
 def _tags(visit: _Visit) -> dict[str, Any]:
     """Return the ``tags=`` of a page's own fill (``@single_flight(tags=...)``), if any."""
     tags = visit.guard.get("tags")
@@ -251,14 +306,20 @@ def serve(
     if request.method not in ("GET", "HEAD"):
         return get_response(request)
     visit = _Visit(request, get_response, policy, policy.cache(), guard)
-    get_page, page = _find(visit)
+    found = _lookup(visit)
+    if found is None:  # Redis failed: rendered uncached (ON_REDIS_ERROR="load")
+        return get_response(request)
+    get_page, page = found
     if get_page is not None:
         return own_copy(get_page)
     if page is None:
         rendered = _learn(visit)
         if rendered is not None:
             return rendered
-        get_page, page = _find(visit)
+        found = _lookup(visit)
+        if found is None:
+            return get_response(request)
+        get_page, page = found
         if get_page is not None:
             return own_copy(get_page)
         if page is None:  # the header list is gone already (evicted): learn again, alone
@@ -276,7 +337,7 @@ def _render_and_store(visit: _Visit) -> tuple[HttpResponseBase, bool]:
     cache.get_or_load(
         shared.key, lambda: snapshot, timeout=shared.timeout, grace=policy.grace, **_tags(visit)
     )
-    _publish(shared, policy, cache)
+    _publish(shared, visit)
     return response, True
 
 
@@ -298,7 +359,7 @@ def _serve_page(visit: _Visit, page: _Page) -> HttpResponseBase:
     def render() -> Any:
         rendered = visit.get_response(visit.request)
         ours["response"], ours["shared"] = decide(visit.request, rendered, visit.policy)
-        return _fill_value(ours["response"], ours["shared"], page, visit.cache)
+        return _fill_value(ours["response"], ours["shared"], page, visit)
 
     value = visit.cache.get_or_load(
         page.key, render, timeout=page.timeout, grace=visit.policy.grace, **visit.guard
@@ -306,11 +367,13 @@ def _serve_page(visit: _Visit, page: _Page) -> HttpResponseBase:
     if "response" not in ours:
         return own_copy(value)
     if ours["shared"] is not None:
-        _publish(ours["shared"], visit.policy, visit.cache)  # the page is stored: now findable
+        _publish(ours["shared"], visit)  # the page is stored: now findable
     return ours["response"]
 
 
-def _fill_value(response: HttpResponseBase, shared: Shared | None, page: _Page, cache: Any) -> Any:
+def _fill_value(
+    response: HttpResponseBase, shared: Shared | None, page: _Page, visit: _Visit
+) -> Any:
     """Return what the fill of ``page`` stores: the page, or ``DontCache`` where Django keys or
     times it otherwise (its ``Vary`` or ``max-age`` changed): then it is stored as Django
     would, and the requests that waited for this render render their own."""
@@ -318,7 +381,10 @@ def _fill_value(response: HttpResponseBase, shared: Shared | None, page: _Page, 
         return DontCache(response)
     if shared.key == page.key and shared.timeout == page.timeout:
         return shared.snapshot
-    cache.set(shared.key, shared.snapshot, shared.timeout)
+    try:
+        visit.cache.set(shared.key, shared.snapshot, shared.timeout)
+    except _STORE_ERRORS as error:  # not the loader's error: the page is rendered
+        _without_redis(visit, error, "the page write")
     return DontCache(response)
 
 
@@ -332,14 +398,20 @@ async def aserve(
     if request.method not in ("GET", "HEAD"):
         return await get_response(request)
     visit = _Visit(request, get_response, policy, policy.cache(), guard)
-    get_page, page = await _afind(visit)
+    found = await _alookup(visit)
+    if found is None:
+        return await get_response(request)
+    get_page, page = found
     if get_page is not None:
         return own_copy(get_page)
     if page is None:
         rendered = await _alearn(visit)
         if rendered is not None:
             return rendered
-        get_page, page = await _afind(visit)
+        found = await _alookup(visit)
+        if found is None:
+            return await get_response(request)
+        get_page, page = found
         if get_page is not None:
             return own_copy(get_page)
         if page is None:
@@ -361,7 +433,7 @@ async def _arender_and_store(visit: _Visit) -> tuple[HttpResponseBase, bool]:
     await cache.aget_or_load(
         shared.key, stored, timeout=shared.timeout, grace=policy.grace, **_tags(visit)
     )
-    await _apublish(shared, policy, cache)
+    await _apublish(shared, visit)
     return response, True
 
 
@@ -376,14 +448,17 @@ async def _adecide(
 
 
 async def _afill_value(
-    response: HttpResponseBase, shared: Shared | None, page: _Page, cache: Any
+    response: HttpResponseBase, shared: Shared | None, page: _Page, visit: _Visit
 ) -> Any:
     """Async twin of :func:`_fill_value`."""
     if shared is None:
         return DontCache(response)
     if shared.key == page.key and shared.timeout == page.timeout:
         return shared.snapshot
-    await cache.aset(shared.key, shared.snapshot, shared.timeout)
+    try:
+        await visit.cache.aset(shared.key, shared.snapshot, shared.timeout)
+    except _STORE_ERRORS as error:
+        _without_redis(visit, error, "the page write")
     return DontCache(response)
 
 
@@ -407,7 +482,7 @@ async def _aserve_page(visit: _Visit, page: _Page) -> HttpResponseBase:
         rendered = await visit.get_response(visit.request)
         decided = await _adecide(visit.request, rendered, visit.policy)
         ours["response"], ours["shared"] = decided
-        return await _afill_value(ours["response"], ours["shared"], page, visit.cache)
+        return await _afill_value(ours["response"], ours["shared"], page, visit)
 
     value = await visit.cache.aget_or_load(
         page.key, render, timeout=page.timeout, grace=visit.policy.grace, **visit.guard
@@ -415,5 +490,5 @@ async def _aserve_page(visit: _Visit, page: _Page) -> HttpResponseBase:
     if "response" not in ours:
         return own_copy(value)
     if ours["shared"] is not None:
-        await _apublish(ours["shared"], visit.policy, visit.cache)
+        await _apublish(ours["shared"], visit)
     return ours["response"]
