@@ -95,6 +95,7 @@ def killed(server: Any) -> None:
 def test_a_killed_redis_renders_every_page_and_caching_resumes_when_it_returns(
     page_settings, start_redis, flavour, mode, figure
 ):
+    """Each request is rendered while Redis is down (no error); pages are cached again after."""
     server = page_settings()
     site = Site(flavour, mode)
     assert site.visit().content == b"render 1"  # rendered and cached
@@ -138,8 +139,9 @@ def forget_pages(server: Any) -> None:
 def test_a_redis_killed_while_a_page_renders_still_serves_that_render(
     page_settings, flavour, mode, known, figure
 ):
-    """The page's writes fail after the render: that render is served, once, and the failures
-    are reported as Redis's (the view did not fail)."""
+    """The render is served, once; the failed page writes are reported as Redis's, not the view's.
+
+    The page's writes fail after the render (the view killed Redis)."""
     server = page_settings()
     site = Site(flavour, mode)
     if known:
@@ -161,8 +163,9 @@ def test_a_redis_killed_while_a_page_renders_still_serves_that_render(
 def test_a_silent_redis_costs_an_async_page_its_deadline_then_renders_it(
     page_settings, flavour, figure
 ):
-    """The asyncio lookup is bounded by the default deadline (the wrapped cache's own sync
-    calls are bounded by its settings: ``stampede.W005``)."""
+    """The async page costs its lookup's deadline (1 s by default), then is rendered.
+
+    The wrapped cache's own sync calls are bounded by its settings (``stampede.W005``)."""
     server = page_settings()
     site = Site(flavour, "async")
     site.visit()
