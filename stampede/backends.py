@@ -383,9 +383,14 @@ class StampedeCache(BaseCache):
     touch, atouch = passthrough.forward(
         "touch", first="key", version_at=1, then="_relived", always=True
     )
-    # A fill of a deleted key in progress is voided, and its waiters sent to reload.
-    delete, adelete = passthrough.forward("delete", first="key", then="_deleted")
-    delete_many, adelete_many = passthrough.forward("delete_many", first="keys", then="_deleted")
+    # A fill of a deleted key in progress is voided, and its waiters sent to reload: before
+    # the delete, so that no load begun before it can store after it, and a reader between
+    # the two still finds the value (voided after the delete, each fill a reader began in
+    # between would be voided too, and its key loaded twice).
+    delete, adelete = passthrough.forward("delete", first="key", before="_voided", then="_written")
+    delete_many, adelete_many = passthrough.forward(
+        "delete_many", first="keys", before="_voided", then="_written"
+    )
     # The value moves to the new version (without its fill's meta: it reads as a plain value
     # there), and a fill of the old one in progress is voided, as ``delete`` voids it.
     incr_version, aincr_version = passthrough.forward(
@@ -507,25 +512,26 @@ class StampedeCache(BaseCache):
         self._written(keys, version)
         await store.drop_meta([self._named_key(key, version) for key in keys])
 
-    def _deleted(self, keys: Any, version: Any, answer: Any = None) -> None:
-        # Also drops this process's copies (the filler's near cache is this cache's).
+    def _voided(self, keys: Any, version: Any, answer: Any = None) -> None:
+        """Void fills of ``keys`` in progress (their writes are refused) and wake their
+        waiters; drop this process's copies (the filler's near cache is this cache's)."""
         self.filler.invalidate(*(self._named_key(key, version) for key in keys))
 
-    async def _adeleted(self, keys: Any, version: Any, answer: Any = None) -> None:
+    async def _avoided(self, keys: Any, version: Any, answer: Any = None) -> None:
         store = stores.async_store(self.store)
         if store is None:  # no asyncio twin of the lock client (Sentinel): in a worker thread
-            call = functools.partial(self._deleted, keys, version)
+            call = functools.partial(self._voided, keys, version)
             await sync_to_async(call, thread_sensitive=False)()
             return
         self._written(keys, version)
         await store.invalidate([self._named_key(key, version) for key in keys])
 
     def _moved(self, keys: Any, version: Any, moved: Any) -> None:
-        self._deleted(keys, version)
+        self._voided(keys, version)
         self._written(keys, moved)  # the returned version is the one written
 
     async def _amoved(self, keys: Any, version: Any, moved: Any) -> None:
-        await self._adeleted(keys, version)
+        await self._avoided(keys, version)
         self._written(keys, moved)
 
     def _cleared(self, keys: Any, version: Any, answer: Any = None) -> None:
@@ -534,10 +540,11 @@ class StampedeCache(BaseCache):
         self.filler.outage.clear()
 
     def _named_key(self, key: Any, version: Any) -> CacheKey:
-        """Return the key as :meth:`_key` does, for a key the wrapped cache has just validated.
+        """Return the key as :meth:`_key` does, for a key the wrapped cache validates in the
+        same call.
 
-        Its own ``delete`` (or ``incr_version``) ran first and warned about a key memcached
-        would refuse, as Django does; validating it again would warn twice.
+        Its own ``delete`` (or ``incr_version``) warns about a key memcached would refuse, as
+        Django does; validating it here too would warn twice.
         """
         return CacheKey(self._wrapped.make_key(key, version=version), key, version)
 

@@ -109,17 +109,24 @@ def forward(
     *,
     first: str | None = None,
     version_at: int = 0,
+    before: str | None = None,
     then: str | None = None,
     always: bool = False,
     answer: Callable[[Any], Any] = lambda found: found,
 ) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """Return (``name``, ``a<name>``): methods calling the wrapped cache's own, then ``then``.
+    """Return (``name``, ``a<name>``): methods calling the wrapped cache's own, between
+    ``before`` and ``then``.
 
     Args:
         name: the ``BaseCache`` method (its async twin is ``"a" + name``).
         first: the name of its first parameter, when the bookkeeping needs it: ``"key"``,
             ``"keys"`` (read once into a list) or ``"data"`` (read once into a dict).
         version_at: the position of ``version`` after the first argument.
+        before: the wrapper's bookkeeping ahead of the call, a method called as
+            ``before(keys, version)``; the async method awaits ``"_a" + before[1:]`` where
+            the wrapper has one. An ``Exception`` it raises is raised once the call and
+            ``then`` are done: the call is still made (a delete deletes, even where the
+            fills of its keys could not be voided), and its own error wins.
         then: the wrapper's bookkeeping, a method called as ``then(keys, version, answer)``;
             the async method awaits ``"_a" + then[1:]`` where the wrapper has one.
         always: run ``then`` even when the wrapped cache raises (with answer None); otherwise
@@ -140,6 +147,12 @@ def forward(
             return answer(method(*passed, **kwargs))
         after = getattr(self, then)
         keys, version = bookkeeping(head, passed, kwargs)
+        failed_before = None
+        if before is not None:
+            try:
+                getattr(self, before)(keys, version)
+            except Exception as error:
+                failed_before = error
         try:
             found = method(*passed, **kwargs)
         except BaseException:
@@ -149,6 +162,8 @@ def forward(
                 self._unsure(keys, version)
             raise
         after(keys, version, found)
+        if failed_before is not None:
+            raise failed_before
         return answer(found)
 
     async def acall(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -156,8 +171,14 @@ def forward(
         method = async_method(self, name, kwargs)
         if then is None:
             return answer(await method(*passed, **kwargs))
-        after = getattr(self, "_a" + then[1:], None) or _awaitable(getattr(self, then))
+        after = _async_twin(self, then)
         keys, version = bookkeeping(head, passed, kwargs)
+        failed_before = None
+        if before is not None:
+            try:
+                await _async_twin(self, before)(keys, version)
+            except Exception as error:
+                failed_before = error
         try:
             found = await method(*passed, **kwargs)
         except BaseException:
@@ -167,6 +188,8 @@ def forward(
                 self._unsure(keys, version)
             raise
         await after(keys, version, found)
+        if failed_before is not None:
+            raise failed_before
         return answer(found)
 
     return _named(call, name, first), _named(acall, "a" + name, first)
@@ -180,6 +203,11 @@ def async_method(cache: Any, name: str, kwargs: dict[str, Any]) -> Callable[...,
     if native is not None and native.serves(name, kwargs):
         return getattr(native, name)
     return getattr(cache._wrapped, "a" + name)
+
+
+def _async_twin(cache: Any, bookkeeping: str) -> Callable[..., Any]:
+    """Return the wrapper's ``"_a" + bookkeeping[1:]``, or ``bookkeeping`` made awaitable."""
+    return getattr(cache, "_a" + bookkeeping[1:], None) or _awaitable(getattr(cache, bookkeeping))
 
 
 def _awaitable(function: Callable[..., Any]) -> Callable[..., Any]:

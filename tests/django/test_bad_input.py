@@ -424,9 +424,13 @@ def test_an_unreachable_lock_url_with_on_redis_error_raise_raises_redis_error(
     assert time.monotonic() - began < 30
     cache.set("plain", "value")  # the values' cache (locmem) still works
     assert cache.get("plain") == "value"
-    # A delete deletes the value, then cannot void fills in progress without Redis: it says so.
+    # A delete that cannot void fills in progress without Redis still deletes; then says so.
     with pytest.raises(redis_py.exceptions.ConnectionError, match=f"127.0.0.1:{closed_port}"):
         cache.delete("plain")
+    assert cache.get("plain") is None
+    cache.set("plain", "value")
+    with pytest.raises(redis_py.exceptions.ConnectionError, match=f"127.0.0.1:{closed_port}"):
+        asyncio.run(cache.adelete_many(["plain"]))
     assert cache.get("plain") is None
 
 
