@@ -42,6 +42,8 @@ class ReadBatch:
         #: deadline bounds each read, not the wait for one of the pool's connections.
         self.deadline = deadlines.of(client)
         self._gets: _Waiting = {}
+        #: The callers of several keys at once (``get_many``): their keys, their future.
+        self._get_lists: list[tuple[Sequence[Any], asyncio.Future[list[Any]]]] = []
         self._exists: _Waiting = {}
         self._near: _Waiting = {}
         self._scheduled = False
@@ -51,12 +53,22 @@ class ReadBatch:
         """Return a future of ``GET key`` (the raw bytes, or None), sent with this turn's."""
         return self._join(self._gets, key)
 
-    async def get_many(self, keys: Sequence[Any]) -> list[Any]:
-        """Return the raw values of ``keys`` (None where absent), as ``MGET`` would."""
-        asked = [self._join(self._gets, key) for key in keys]
-        # gather: a failed batch fails each of them, and every error is retrieved, not only
-        # the first one awaited.
-        return list(await asyncio.gather(*asked))
+    def get_many(self, keys: Sequence[Any]) -> asyncio.Future[list[Any]]:
+        """Return a future of the raw values of ``keys`` (None where absent), as ``MGET``
+        would answer, sent with this turn's.
+
+        One future for the list, not one per key gathered: a hit of the fill reads its value
+        and its meta this way, and a gather of two futures cost it more than its whole read.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Any]] = loop.create_future()
+        self._get_lists.append((keys, future))
+        gets = self._gets
+        for key in keys:
+            if key not in gets:
+                gets[key] = []  # read in this turn's MGET; the list's future gets its reply
+        self._schedule(loop)
+        return future
 
     def exists(self, key: Any) -> asyncio.Future[Any]:
         """Return a future of ``EXISTS key`` (1 or 0), sent with this turn's."""
@@ -75,20 +87,24 @@ class ReadBatch:
             waiting[key] = [future]
         else:
             callers.append(future)
+        self._schedule(loop)
+        return future
+
+    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
         if not self._scheduled:
             # At the end of this turn: every task already ready to run asks first.
             self._scheduled = True
             loop.call_soon(self._send)
-        return future
 
     def _send(self) -> None:
         self._scheduled = False
         gets, self._gets = self._gets, {}
+        lists, self._get_lists = self._get_lists, []
         exists, self._exists = self._exists, {}
         near, self._near = self._near, {}
         loop = asyncio.get_running_loop()
         if gets:
-            self._start(loop, self._answer(gets, self.client.mget))
+            self._start(loop, self._answer(gets, self.client.mget, lists))
         if exists:
             self._start(loop, self._answer(exists, self._each_exists))
         if near:
@@ -109,25 +125,42 @@ class ReadBatch:
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
-    async def _answer(self, waiting: _Waiting, command: Any) -> None:
+    async def _answer(
+        self,
+        waiting: _Waiting,
+        command: Any,
+        lists: Sequence[tuple[Sequence[Any], asyncio.Future[list[Any]]]] = (),
+    ) -> None:
         keys = list(waiting)
         try:
             replies = await deadlines.within(self.deadline, command(keys))
         except asyncio.CancelledError:
-            for futures in waiting.values():
-                for future in futures:
-                    future.cancel()
+            for future in _futures(waiting, lists):
+                future.cancel()
             raise
         except Exception as error:
-            for futures in waiting.values():
-                for future in futures:
-                    if not future.done():
-                        future.set_exception(error)
+            for future in _futures(waiting, lists):
+                if not future.done():
+                    future.set_exception(error)
             return
         for key, reply in zip(keys, replies, strict=True):
             for future in waiting[key]:
                 if not future.done():
                     future.set_result(reply)
+        if lists:
+            replied = dict(zip(keys, replies, strict=True))
+            for asked, future in lists:
+                if not future.done():
+                    future.set_result([replied[key] for key in asked])
+
+
+def _futures(
+    waiting: _Waiting, lists: Sequence[tuple[Sequence[Any], asyncio.Future[list[Any]]]]
+) -> list[asyncio.Future[Any]]:
+    """Return every caller's future of a batch: per key, and per list of keys."""
+    return [future for futures in waiting.values() for future in futures] + [
+        future for _, future in lists
+    ]
 
 
 def batches(client: Any) -> bool:
