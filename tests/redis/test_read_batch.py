@@ -97,3 +97,13 @@ def test_a_cancelled_caller_leaves_the_batch_to_the_others(redis, redis_url):
         return [leaving.cancelled(), await staying, await single]
 
     assert on_a_loop(redis_url, scenario) == [True, [b"2", b"1"], b"1"]
+
+
+def test_a_read_of_no_keys_alone_is_answered_without_a_command(redis, redis_url):
+    redis.config_resetstat()
+
+    async def scenario(client: Any) -> Any:
+        return await asyncio.wait_for(batch_of(client).get_many([]), 30)
+
+    assert on_a_loop(redis_url, scenario) == []
+    assert command_calls(redis).get("mget") is None

@@ -62,6 +62,9 @@ class ReadBatch:
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Any]] = loop.create_future()
+        if not keys:  # no MGET would answer it
+            future.set_result([])
+            return future
         self._get_lists.append((keys, future))
         gets = self._gets
         for key in keys:
