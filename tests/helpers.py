@@ -209,6 +209,15 @@ def subscribers(client, name: str | bytes) -> int:
     return numsub(client, keys.done_channel(name))
 
 
+def waiter_parked(client, name: str | bytes) -> bool:
+    """Return True once a waiter for lock ``name`` has subscribed to its wake-up and looked at
+    the held lock (its ``PTTL``, sent once subscribed): from there it waits for the wake-up,
+    whenever the holder finishes. Released before that look, it would re-read and find the
+    value instead. ``PTTL`` calls are counted since the last ``CONFIG RESETSTAT``: reset once
+    the lock is held, before the waiter starts."""
+    return subscribers(client, name) >= 1 and command_calls(client).get("pttl", 0) >= 1
+
+
 def release_servers(*ports: int) -> None:
     """Close what this process holds for the servers on ``ports`` of 127.0.0.1: their
     listeners and near cache trackers would otherwise reconnect to them, and log each

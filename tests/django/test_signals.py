@@ -9,7 +9,7 @@ from collections import defaultdict
 import pytest
 
 from stampede import events, signals
-from tests.helpers import call_together, shifted_clock, subscribers, wait_until
+from tests.helpers import call_together, shifted_clock, wait_until, waiter_parked
 
 
 @pytest.fixture
@@ -67,11 +67,12 @@ def test_a_waiter_in_another_flight_reports_its_wait(make_cache, received, redis
     cache = make_cache()
     holder = cache.mutex("signals-wait", ttl=30)
     assert holder.acquire()
+    redis.config_resetstat()
 
     def release_once_parked() -> None:
         # The release comes 0.3 s after the caller parked, however late it parked.
         wait_until(
-            lambda: subscribers(redis, cache.make_key("signals-wait")) == 1,
+            lambda: waiter_parked(redis, cache.make_key("signals-wait")),
             "the caller is parked",
             timeout=30,
         )

@@ -15,7 +15,7 @@ from django.core.cache import caches
 
 from stampede.core import calls
 from tests.django.workers import HeldFill, two_caches
-from tests.helpers import call_together, shifted_clock, subscribers, wait_until
+from tests.helpers import call_together, shifted_clock, wait_until, waiter_parked
 
 
 def outcomes(records):
@@ -63,10 +63,11 @@ def test_a_cold_fill_by_many_threads_has_one_loader(make_cache, redis, records):
 def test_a_wait_for_another_process_is_recorded(settings, redis_url, redis, records):
     settings.CACHES = two_caches(redis_url)
     with HeldFill(caches["other"], "calls-wait", redis_url, "calls-loads", "first") as held:
+        redis.config_resetstat()
         waiter = threading.Thread(target=caches["default"].get_or_set, args=("calls-wait", 0, 60))
         waiter.start()
         full = caches["default"].make_key("calls-wait")
-        wait_until(lambda: subscribers(redis, full) >= 1, "the waiter's subscription")
+        wait_until(lambda: waiter_parked(redis, full), "the waiter to park")
         held.finish()
         waiter.join(30)
     by_outcome = {record.outcome: record for record in records}

@@ -34,7 +34,7 @@ from stampede import metrics as prometheus
 from stampede.contrib import opentelemetry as otel
 from stampede.core import calls, events
 from tests.django.workers import HeldFill, two_caches
-from tests.helpers import call_together, shifted_clock, subscribers, wait_until
+from tests.helpers import call_together, shifted_clock, wait_until, waiter_parked
 
 
 class Telemetry:
@@ -141,10 +141,11 @@ def test_a_cold_fill_by_many_threads_has_one_loaded_span(make_cache, redis, tele
 def test_a_wait_for_another_process_has_a_wait_span(settings, redis_url, redis, telemetry):
     settings.CACHES = two_caches(redis_url)
     with HeldFill(caches["other"], "otel-wait", redis_url, "otel-loads") as held:
+        redis.config_resetstat()
         waiter = threading.Thread(target=caches["default"].get_or_set, args=("otel-wait", 0, 60))
         waiter.start()
         full = caches["default"].make_key("otel-wait")
-        wait_until(lambda: subscribers(redis, full) >= 1, "the waiter's subscription")
+        wait_until(lambda: waiter_parked(redis, full), "the waiter to park")
         held.finish()
         waiter.join(30)
     assert telemetry.outcomes() == Counter(loaded=1, waited=1)
