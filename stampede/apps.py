@@ -26,7 +26,7 @@ class StampedeConfig(AppConfig):
 
     def ready(self) -> None:
         from . import signals  # noqa: F401  (herd events become Django signals)
-        from .checks import check_caches
+        from .adapter.checks import check_caches
 
         # A set inside Django's registry: registering again (tests re-populate apps) is a no-op.
         # The "stampede" tag runs these alone: Django's own cache checks build every cache, so

@@ -34,9 +34,9 @@ from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache
 from django.utils.functional import cached_property
 from redis.exceptions import RedisError
 
-from . import call_args, passthrough, stores
+from .adapter import call_args, passthrough, stores
 from . import signals as _signals  # noqa: F401  (herd events become Django signals)
-from .cache_settings import REDIS_URL_SCHEMES, parsed
+from .adapter.cache_settings import REDIS_URL_SCHEMES, parsed
 from .core import calls
 from .core import options as conf
 from .core.keys import CacheKey
@@ -47,7 +47,7 @@ from .fill._async import near as async_near
 from .fill._async.filler import Filler as AsyncFiller
 from .fill._sync.filler import Filler
 from .fill.near import NearReads
-from .redis_calls import NativeCalls
+from .adapter.redis_calls import NativeCalls
 
 __all__ = ["NOT_FOUND", "REDIS_URL_SCHEMES", "StampedeCache"]
 
@@ -74,7 +74,7 @@ class StampedeCache(BaseCache):
 
     @cached_property
     def store(self) -> stores.Store:
-        """Where this cache's records and fill locks live (see ``stampede.stores``)."""
+        """Where this cache's records and fill locks live (see ``stampede.adapter.stores``)."""
         return stores.store(self._settings, lambda: self._wrapped)
 
     @cached_property

@@ -25,7 +25,7 @@ from django.http import Http404
 from .bloom import BloomGuard
 from .core import options as conf
 from .exceptions import NotFound
-from .pages import PagePolicy, alias_argument, aserve, serve, stampede_cache
+from .adapter.pages import PagePolicy, alias_argument, aserve, serve, stampede_cache
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 # Longer argument keys are hashed: a big argument must not make a huge cache key.

@@ -21,7 +21,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.http import HttpRequest
 
-from .pages import PagePolicy, aserve, serve
+from .adapter.pages import PagePolicy, aserve, serve
 
 
 class StampedeCacheMiddleware:

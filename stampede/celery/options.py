@@ -243,11 +243,11 @@ def lock_name(task_name: str, part: str) -> str:
 def django_client() -> Any:
     """Return the Django project's lock client, or None when Django is not in use.
 
-    Django is reached only through ``stampede.django_internals`` (imported here lazily, so
+    Django is reached only through ``stampede.adapter.django_internals`` (imported here lazily, so
     this module and the guard work without Django).
     """
     if "django" not in sys.modules and not os.environ.get("DJANGO_SETTINGS_MODULE"):
         return None
-    from ..django_internals import celery_lock_client
+    from ..adapter.django_internals import celery_lock_client
 
     return celery_lock_client()

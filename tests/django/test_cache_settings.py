@@ -18,9 +18,9 @@ from django.core.cache import caches
 from django.core.cache.backends.base import BaseCache
 from django.core.exceptions import ImproperlyConfigured
 
-from stampede import cache_settings
+from stampede.adapter import cache_settings
 from stampede.backends import StampedeCache
-from stampede.checks import check_caches
+from stampede.adapter.checks import check_caches
 from tests.django import workers
 
 REDIS_URL = "redis://127.0.0.1:6379/0"  # never connected to

@@ -16,7 +16,7 @@ from django.core import checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from stampede.checks import check_caches
+from stampede.adapter.checks import check_caches
 from tests.django import workers
 
 REDIS_URL = "redis://127.0.0.1:6379/0"  # never connected to: checks do no I/O

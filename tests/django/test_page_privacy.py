@@ -33,7 +33,7 @@ from django.urls import path
 from django.views.decorators.cache import cache_page
 
 from stampede import single_flight
-from stampede.django_internals import PageCacheUpdate
+from stampede.adapter.django_internals import PageCacheUpdate
 from stampede.middleware import StampedeCacheMiddleware
 from tests.helpers import call_together
 

@@ -87,7 +87,7 @@ def run(block: examples.Block, source: str, namespace: dict[str, Any]) -> None:
 
 
 def apply_settings(block: examples.Block, source: str, settings: Any) -> None:
-    from stampede.checks import check_caches
+    from stampede.adapter.checks import check_caches
 
     seeded = {name: copy.deepcopy(getattr(settings, name)) for name in ("CACHES", "INSTALLED_APPS")}
     namespace: dict[str, Any] = dict(seeded)

@@ -13,7 +13,8 @@ import re
 from pathlib import Path
 
 import stampede
-from stampede import cache_settings, metrics, signals
+from stampede import metrics, signals
+from stampede.adapter import cache_settings
 from stampede.core import events
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ locks in the Redis at ``OPTIONS["LOCK_URL"]``; django-redis keeps both in its Re
 caller is a real spawned process configured with the same settings (``fork_workers.site_for``).
 
 The write belongs to the lock, but not in the same way on each backing
-(``stampede.django_internals``):
+(``stampede.adapter.django_internals``):
 
 - django-redis is a ``RedisStore``, as Django's RedisCache: the token check, the write, the
   release and the wake-up are one Lua call, so a holder that lost its lock never writes;

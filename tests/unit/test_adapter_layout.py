@@ -17,12 +17,12 @@ import stampede
 PACKAGE = Path(stampede.__file__).parent
 ADAPTER = [
     "stampede.backends",
-    "stampede.cache_settings",
-    "stampede.call_args",
-    "stampede.checks",
-    "stampede.django_internals",
-    "stampede.passthrough",
-    "stampede.stores",
+    "stampede.adapter.cache_settings",
+    "stampede.adapter.call_args",
+    "stampede.adapter.checks",
+    "stampede.adapter.django_internals",
+    "stampede.adapter.passthrough",
+    "stampede.adapter.stores",
 ]
 
 
@@ -75,5 +75,5 @@ def test_no_import_cycle_runs_through_the_module(module):
 
 
 def test_django_internals_imports_no_module_of_the_adapter():
-    above = set(ADAPTER) - {"stampede.django_internals"}
-    assert graph()["stampede.django_internals"] & above == set()
+    above = set(ADAPTER) - {"stampede.adapter.django_internals"}
+    assert graph()["stampede.adapter.django_internals"] & above == set()

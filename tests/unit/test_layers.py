@@ -61,9 +61,9 @@ FORBIDDEN = {
     "stampede.bloom": ("django", "celery", *ASYNCIO_SIDE),
     "stampede.contrib.zookeeper": ("redis", "django", "celery"),
     "stampede.aio": ("django", "celery"),
-    # The Celery adapter reaches Django only through stampede.django_internals, and only when
+    # The Celery adapter reaches Django only through stampede.adapter.django_internals, and only when
     # asked for its lock client. (Celery's kombu imports django.utils itself when installed.)
-    "stampede.celery": ("django.conf", "django.core.cache", "stampede.django_internals"),
+    "stampede.celery": ("django.conf", "django.core.cache", "stampede.adapter.django_internals"),
 }
 
 

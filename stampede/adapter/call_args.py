@@ -16,8 +16,8 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from redis.exceptions import RedisError
 
-from .bloom import AnsweredGuard, BloomFilter, BloomGuard
-from .exceptions import NotFound
+from ..bloom import AnsweredGuard, BloomFilter, BloomGuard
+from ..exceptions import NotFound
 
 #: ``get_or_load``'s ``default`` when none is given: ``bloom=`` raises ``NotFound``.
 NOT_FOUND: Any = object()

@@ -35,13 +35,13 @@ from typing import Any
 import django
 from django.middleware.cache import UpdateCacheMiddleware
 
-from .fill._async.backend_store import BackendStore as AsyncBackendStore
-from .fill._async.store import RedisStore as AsyncRedisStore
-from .fill._sync.backend_store import BackendStore
-from .fill._sync.store import RedisStore
-from .fill.fenced import FencedStore
-from .io import clients, deadlines, factory
-from .io._async.loops import loop_state
+from ..fill._async.backend_store import BackendStore as AsyncBackendStore
+from ..fill._async.store import RedisStore as AsyncRedisStore
+from ..fill._sync.backend_store import BackendStore
+from ..fill._sync.store import RedisStore
+from ..fill.fenced import FencedStore
+from ..io import clients, deadlines, factory
+from ..io._async.loops import loop_state
 
 _REDIS_BACKENDS = {"django.core.cache.backends.redis.RedisCache", "django_redis.cache.RedisCache"}
 

@@ -41,9 +41,9 @@ from django.utils.cache import get_cache_key
 from django.utils.encoding import iri_to_uri
 from redis.exceptions import RedisError
 
-from .core import options as conf
-from .core.keys import CacheKey
-from .core.private import DontCache
+from ..core import options as conf
+from ..core.keys import CacheKey
+from ..core.private import DontCache
 from .page_decision import Shared, decide, own_copy, variant_key
 
 _LEARNED = "learned"

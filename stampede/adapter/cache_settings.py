@@ -23,12 +23,12 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from .core import lockspec, outage
-from .core import options as conf
-from .core.lockspec import LockSpec
-from .core.near import NearOptions
+from ..core import lockspec, outage
+from ..core import options as conf
+from ..core.lockspec import LockSpec
+from ..core.near import NearOptions
 from .django_internals import is_redis_backend, is_stampede_backend
-from .io import sentinel
+from ..io import sentinel
 
 #: ``OPTIONS`` the backend reads itself; the others are the fill's (``core/options.py``).
 BACKEND_OPTIONS = ("LOCK_URL", "NEAR_CACHE", "LOCK", "OUTAGE_COPIES")

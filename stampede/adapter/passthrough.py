@@ -15,10 +15,10 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from .core.envelope import Envelope
-from .core.failure import Failure
-from .core.missing import MISSING
-from .core.verdict import value_of
+from ..core.envelope import Envelope
+from ..core.failure import Failure
+from ..core.missing import MISSING
+from ..core.verdict import value_of
 
 
 def unwrap(record: Any, default: Any) -> Any:

@@ -29,8 +29,8 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .django_internals import DjangoRedisParts
-from .io import scripts
-from .io._async.batch import DirectReads, ReadBatch
+from ..io import scripts
+from ..io._async.batch import DirectReads, ReadBatch
 
 #: The errors django-redis's ``DefaultClient`` reports as ``ConnectionInterrupted`` (its
 #: ``_main_exceptions``): with ``IGNORE_EXCEPTIONS`` on, they answer the call's default.

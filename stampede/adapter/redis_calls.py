@@ -27,9 +27,9 @@ from typing import Any
 
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 
-from .core.keys import CacheKey
+from ..core.keys import CacheKey
 from .django_redis_calls import DjangoRedisClientCalls
-from .io._async.batch import DirectReads, ReadBatch
+from ..io._async.batch import DirectReads, ReadBatch
 
 
 class BuiltinRedisCalls:

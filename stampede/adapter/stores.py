@@ -26,11 +26,11 @@ from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
 
 from .cache_settings import CacheSettings
-from .core import lockspec, process
-from .core.keys import CacheKey
-from .core.near import NearCache, NearOptions
-from .core.outage import Outage
-from .core.tags import STAMP_NAME_PREFIX, checked_tags
+from ..core import lockspec, process
+from ..core.keys import CacheKey
+from ..core.near import NearCache, NearOptions
+from ..core.outage import Outage
+from ..core.tags import STAMP_NAME_PREFIX, checked_tags
 from .django_internals import (
     BackendStore,
     async_store_for,
@@ -39,17 +39,17 @@ from .django_internals import (
     store_for,
 )
 from .django_redis_calls import DjangoRedisClientCalls
-from .fill._async.filler import Filler as AsyncFiller
-from .fill._async.store import RedisStore as AsyncRedisStore
-from .fill._sync import local
-from .fill._sync.filler import Filler
-from .fill._sync.store import RedisStore
-from .fill.fenced import FencedStore
-from .fill.near import NearReads
-from .io import clients
-from .io._async import batch
-from .io._async.loops import loop_state
-from .lock._sync.mutex import Mutex
+from ..fill._async.filler import Filler as AsyncFiller
+from ..fill._async.store import RedisStore as AsyncRedisStore
+from ..fill._sync import local
+from ..fill._sync.filler import Filler
+from ..fill._sync.store import RedisStore
+from ..fill.fenced import FencedStore
+from ..fill.near import NearReads
+from ..io import clients
+from ..io._async import batch
+from ..io._async.loops import loop_state
+from ..lock._sync.mutex import Mutex
 from .redis_calls import BuiltinRedisCalls
 
 #: A cache's store: records and fill locks.
@@ -156,7 +156,7 @@ def outside_locks(spec: lockspec.LockSpec) -> tuple[Callable[..., Any], tuple[ty
     Clients are made once per process (per URL, per hosts string); locks once per flight.
     """
     if spec.kind == "redlock":
-        from .lock._sync.redlock import Redlock
+        from ..lock._sync.redlock import Redlock
 
         servers = [clients.for_url(url) for url in spec.urls]
 
@@ -168,7 +168,7 @@ def outside_locks(spec: lockspec.LockSpec) -> tuple[Callable[..., Any], tuple[ty
     from kazoo.exceptions import KazooException  # type: ignore[import-untyped]
     from kazoo.handlers.threading import KazooTimeoutError  # type: ignore[import-untyped]
 
-    from .contrib.zookeeper import ZooKeeperLock, shared_client
+    from ..contrib.zookeeper import ZooKeeperLock, shared_client
 
     def zookeeper(name: Any, ttl: float, **kwargs: Any) -> Any:
         # The session, shared by the process's locks, is opened on the first fill that locks.
