@@ -67,6 +67,36 @@ SUBSTITUTIONS: tuple[tuple[str, str], ...] = (
     (r"aget_many", "get_many"),
     (r"aset_many", "set_many"),
     (r"adelete_many", "delete_many"),
+    # The cache's (adapter/_async/cache.py): Django's a* methods and StampedeCache's own.
+    (r"AsyncCacheMethods", "CacheMethods"),
+    (r"aget_or_set", "get_or_set"),
+    (r"aget_or_load", "get_or_load"),
+    (r"ainvalidate_tags", "invalidate_tags"),
+    (r"ainvalidate", "invalidate"),
+    (r"aincr_version", "incr_version"),
+    (r"adecr_version", "decr_version"),
+    (r"ahas_key", "has_key"),
+    (r"aget", "get"),
+    (r"aset", "set"),
+    (r"aadd", "add"),
+    (r"atouch", "touch"),
+    (r"adelete", "delete"),
+    (r"aincr", "incr"),
+    (r"adecr", "decr"),
+    (r"aclear", "clear"),
+    (r"aclose", "close"),
+    (r"_acalls", "_calls"),
+    (r"_afiller", "_filler"),
+    (r"_anear_reads", "_near_reads"),
+    (r"_avoid_fills", "_void_fills"),
+    (r"_adrop_meta", "_drop_meta"),
+    (r"_amoved", "_moved"),
+    # The page flow's (adapter/_async/pages.py).
+    (r"aserve", "serve"),
+    # Django's cache methods the page flow calls, until the cache's block above names them.
+    (r"aget_or_load", "get_or_load"),
+    (r"aget", "get"),
+    (r"aset", "set"),
     (r"<aio\.", "<"),  # reprs
 )
 
@@ -84,6 +114,7 @@ class Pair:
 GENERATED: dict[str, tuple[str, ...]] = {
     "lock": ("mutex.py", "redlock.py"),
     "fill": ("store.py", "backend_store.py", "filler.py", "driver.py", "stamps.py"),
+    "adapter": ("cache.py", "pages.py"),
 }
 
 #: Each layer's modules written twice by hand, under one name in ``_async/`` and ``_sync/``: what

@@ -23,6 +23,27 @@ from ..exceptions import NotFound
 NOT_FOUND: Any = object()
 
 
+class Constant:
+    """A loader returning a value given up front (``get_or_set(key, value)``): on asyncio it
+    is answered on the loop, with no thread hop."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __call__(self) -> Any:
+        return self.value
+
+
+def check_loader(loader: Any) -> None:
+    """Raise ``TypeError`` naming the argument if ``loader`` is not callable."""
+    if not callable(loader):
+        # Checked here: asgiref would refuse it first on asyncio, with a message that names
+        # neither the argument nor what to pass.
+        raise TypeError(f"loader must be callable; got {loader!r}")
+
+
 def as_django_runs_it(loader: Callable[[], Any]) -> Callable[[], Any]:
     """Return a coroutine function calling ``loader`` as Django runs a view's code.
 
@@ -33,6 +54,8 @@ def as_django_runs_it(loader: Callable[[], Any]) -> Callable[[], Any]:
     """
 
     async def load() -> Any:
+        if type(loader) is Constant:
+            return loader.value
         if iscoroutinefunction(loader):
             return await loader()
         return await sync_to_async(loader, thread_sensitive=True)()

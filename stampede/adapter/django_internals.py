@@ -94,6 +94,17 @@ def reads_one_server(backend: Any) -> bool:
     return type(backend) is RedisCache and len(backend._servers) == 1
 
 
+def write_client(backend: Any, key: Any) -> Any:
+    """Return the client Django's ``RedisCache`` writes ``key`` through (its primary's), as its
+    own ``incr`` asks for it (``get_client(key, write=True)``), or None where what it hands
+    back is no redis-py client over a connection pool (a subclass's own, a test double)."""
+    import redis
+
+    client = backend._cache.get_client(key, write=True)
+    pool = getattr(client, "connection_pool", None)
+    return client if isinstance(pool, redis.ConnectionPool) else None
+
+
 @dataclass(frozen=True)
 class DjangoRedisParts:
     """What the asyncio calls of a django-redis cache (``redis_calls.DjangoRedisClientCalls``)

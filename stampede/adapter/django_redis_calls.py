@@ -21,16 +21,19 @@ where ``IGNORE_EXCEPTIONS`` is on, and are raised as they are where it is off; t
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
+from django.core.exceptions import SynchronousOnlyOperation
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .django_internals import DjangoRedisParts
 from ..io import scripts
 from ..io._async.batch import DirectReads, ReadBatch
+from .django_internals import DjangoRedisParts
 
 #: The errors django-redis's ``DefaultClient`` reports as ``ConnectionInterrupted`` (its
 #: ``_main_exceptions``): with ``IGNORE_EXCEPTIONS`` on, they answer the call's default.
@@ -53,6 +56,16 @@ _KEYWORDS: dict[str, frozenset[str]] = {
     "incr_version": frozenset({"key", "delta", "version"}),
     "decr_version": frozenset({"key", "delta", "version"}),
 }
+
+
+async def encoded(encode: Callable[[Any], Any], value: Any) -> Any:
+    """Return ``encode(value)``: on the loop, or, for a value whose pickling needs the
+    database (a queryset, a model instance with deferred fields: Django refuses its ORM on an
+    event loop), in the thread Django's own ``a*`` calls pickle in. Only those pay the hop."""
+    try:
+        return encode(value)
+    except SynchronousOnlyOperation:
+        return await sync_to_async(encode, thread_sensitive=True)(value)
 
 
 class DjangoRedisClientCalls:
@@ -115,7 +128,7 @@ class DjangoRedisClientCalls:
             return ValueError(f"Key '{named!r}' not found")
         return ValueError(f"Key '{named}' not found")
 
-    async def get(self, key: Any, default: Any = None, version: Any = None) -> Any:
+    async def aget(self, key: Any, default: Any = None, version: Any = None) -> Any:
         full = self._full(key, version)
         try:
             raw = await self._reads.get(full)
@@ -123,7 +136,7 @@ class DjangoRedisClientCalls:
             return self._ignored(error, default)
         return default if raw is None else self._parts.decode(raw)
 
-    async def get_many(self, keys: Any, version: Any = None) -> dict[Any, Any]:
+    async def aget_many(self, keys: Any, version: Any = None) -> dict[Any, Any]:
         if not keys:
             return {}
         by_full = {self._full(key, version): key for key in keys}
@@ -136,14 +149,14 @@ class DjangoRedisClientCalls:
         found = zip(fulls, raws, strict=True)
         return {by_full[full]: decode(raw) for full, raw in found if raw is not None}
 
-    async def has_key(self, key: Any, version: Any = None) -> Any:
+    async def ahas_key(self, key: Any, version: Any = None) -> Any:
         full = self._full(key, version)
         try:
             return int(await self._reads.exists(full)) == 1
         except _INTERRUPTED as error:
             return self._ignored(error, None)
 
-    async def set(
+    async def aset(
         self,
         key: Any,
         value: Any,
@@ -153,7 +166,7 @@ class DjangoRedisClientCalls:
         nx: bool = False,
         xx: bool = False,
     ) -> Any:
-        full, data = self._full(key, version), self._parts.encode(value)
+        full, data = self._full(key, version), await encoded(self._parts.encode, value)
         try:
             return await self._set(full, data, self._ms(timeout), nx=nx, xx=xx)
         except _INTERRUPTED as error:
@@ -169,12 +182,12 @@ class DjangoRedisClientCalls:
             return bool(await self.client.delete(full))
         return bool(await self.client.set(full, data, nx=nx, px=ms, xx=xx))
 
-    async def add(
+    async def aadd(
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
     ) -> Any:
-        return await self.set(key, value, timeout, version, nx=True)
+        return await self.aset(key, value, timeout, version, nx=True)
 
-    async def touch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
+    async def atouch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
         # Not under IGNORE_EXCEPTIONS: django-redis's touch lets a connection error through.
         if timeout is DEFAULT_TIMEOUT:
             timeout = self._wrapped.default_timeout
@@ -183,14 +196,14 @@ class DjangoRedisClientCalls:
             return bool(await self.client.persist(full))
         return bool(await self.client.pexpire(full, int(timeout * 1000)))
 
-    async def delete(self, key: Any, version: Any = None, prefix: Any = None) -> Any:
+    async def adelete(self, key: Any, version: Any = None, prefix: Any = None) -> Any:
         full = self._parts.make_key(key, version=version, prefix=prefix)
         try:
             return bool(await self.client.delete(full))
         except _INTERRUPTED as error:
             return self._ignored(error, None)
 
-    async def delete_many(self, keys: Any, version: Any = None) -> Any:
+    async def adelete_many(self, keys: Any, version: Any = None) -> Any:
         fulls = [self._full(key, version) for key in keys]
         if not fulls:
             return self._parts.nothing_deleted if self._own else None
@@ -200,30 +213,35 @@ class DjangoRedisClientCalls:
             return self._ignored(error, None)
         return deleted if self._own else None
 
-    async def set_many(self, data: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> Any:
+    async def aset_many(
+        self, data: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> Any:
         answer: list[Any] | None = None if self._own else []
         try:
             # As django-redis's: its set() of each key, in one MULTI.
             async with self.client.pipeline() as pipeline:
                 for key, value in data.items():
-                    full, encoded = self._full(key, version), self._parts.encode(value)
+                    full, encoded_value = (
+                        self._full(key, version),
+                        await encoded(self._parts.encode, value),
+                    )
                     ms = self._ms(timeout)
                     if ms is not None and ms <= 0:
                         pipeline.delete(full)
                     else:
-                        pipeline.set(full, encoded, px=ms)
+                        pipeline.set(full, encoded_value, px=ms)
                 await pipeline.execute()
         except _INTERRUPTED as error:
             self._ignored(error, None)
         return answer
 
-    async def clear(self) -> None:
+    async def aclear(self) -> None:
         try:
             await self.client.flushdb()
         except _INTERRUPTED as error:
             self._ignored(error, None)
 
-    async def incr(
+    async def aincr(
         self, key: Any, delta: int = 1, version: Any = None, ignore_key_check: bool = False
     ) -> Any:
         full = self._full(key, version)
@@ -232,8 +250,8 @@ class DjangoRedisClientCalls:
         except _INTERRUPTED as error:
             return self._ignored(error, None)
 
-    async def decr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
-        return await self.incr(key, -delta, version)
+    async def adecr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+        return await self.aincr(key, -delta, version)
 
     async def _incr(self, key: Any, full: Any, delta: Any, ignore_key_check: bool) -> Any:
         try:
@@ -262,7 +280,7 @@ class DjangoRedisClientCalls:
             return ttl
         return 0 if ttl == -2 else None
 
-    async def incr_version(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+    async def aincr_version(self, key: Any, delta: int = 1, version: Any = None) -> Any:
         """As django-redis's: the value moves to ``version + delta`` with its remaining life
         (whole seconds); a key holding None is missing there too."""
         if version is None:
@@ -281,5 +299,5 @@ class DjangoRedisClientCalls:
             return self._ignored(error, None)
         return version + delta
 
-    async def decr_version(self, key: Any, delta: int = 1, version: Any = None) -> Any:
-        return await self.incr_version(key, -delta, version)
+    async def adecr_version(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+        return await self.aincr_version(key, -delta, version)

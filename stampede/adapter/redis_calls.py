@@ -28,8 +28,11 @@ from typing import Any
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 
 from ..core.keys import CacheKey
-from .django_redis_calls import DjangoRedisClientCalls
+from ..io import clients
 from ..io._async.batch import DirectReads, ReadBatch
+from ..io._async.loops import loop_state
+from .django_internals import write_client
+from .django_redis_calls import DjangoRedisClientCalls, encoded
 
 
 class BuiltinRedisCalls:
@@ -75,11 +78,11 @@ class BuiltinRedisCalls:
     def _timeout(self, timeout: Any) -> Any:
         return self._wrapped.get_backend_timeout(timeout)
 
-    async def get(self, key: Any, default: Any = None, version: Any = None) -> Any:
+    async def aget(self, key: Any, default: Any = None, version: Any = None) -> Any:
         raw = await self._reads.get(self._full(key, version))
         return default if raw is None else self._loads(raw)
 
-    async def get_many(self, keys: Any, version: Any = None) -> dict[Any, Any]:
+    async def aget_many(self, keys: Any, version: Any = None) -> dict[Any, Any]:
         by_full = {self._full(key, version): key for key in keys}
         if not by_full:
             return {}
@@ -87,14 +90,14 @@ class BuiltinRedisCalls:
         found = zip(fulls, await self._reads.get_many(fulls), strict=True)
         return {by_full[full]: self._loads(raw) for full, raw in found if raw is not None}
 
-    async def has_key(self, key: Any, version: Any = None) -> bool:
+    async def ahas_key(self, key: Any, version: Any = None) -> bool:
         return bool(await self._reads.exists(self._full(key, version)))
 
-    async def add(
+    async def aadd(
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
     ) -> bool:
         full, timeout = self._full(key, version), self._timeout(timeout)
-        data = self._dumps(value)
+        data = await encoded(self._dumps, value)
         if timeout == 0:
             # Django's: an add that expires at once succeeds where the key was free.
             added = bool(await self.client.set(full, data, nx=True))
@@ -103,40 +106,47 @@ class BuiltinRedisCalls:
             return added
         return bool(await self.client.set(full, data, ex=timeout, nx=True))
 
-    async def set(
+    async def aset(
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
     ) -> None:
         full, timeout = self._full(key, version), self._timeout(timeout)
-        data = self._dumps(value)
+        data = await encoded(self._dumps, value)
         if timeout == 0:
             await self.client.delete(full)
         else:
             await self.client.set(full, data, ex=timeout)
 
-    async def touch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
+    async def atouch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None) -> bool:
         full, timeout = self._full(key, version), self._timeout(timeout)
         if timeout is None:
             return bool(await self.client.persist(full))
         return bool(await self.client.expire(full, timeout))
 
-    async def delete(self, key: Any, version: Any = None) -> bool:
+    async def adelete(self, key: Any, version: Any = None) -> bool:
         return bool(await self.client.delete(self._full(key, version)))
 
-    async def incr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+    async def aincr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
         full = self._full(key, version)
-        if not await self.client.exists(full):
+        # The client Django's incr writes through (its get_client(key, write=True): the
+        # primary), on this loop; a client that is not redis-py's (a subclass's own, a test
+        # double) is the wrapped cache's business: its own aincr.
+        chosen = write_client(self._wrapped, full)
+        client = None if chosen is None else clients.async_twin(chosen, loop_state().clients)
+        if client is None:
+            return await self._wrapped.aincr(key, delta, version)
+        if not await client.exists(full):
             raise ValueError(f"Key '{full}' not found.")
-        return await self.client.incr(full, delta)
+        return await client.incr(full, delta)
 
-    async def decr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
-        return await self.incr(key, -delta, version=version)
+    async def adecr(self, key: Any, delta: int = 1, version: Any = None) -> Any:
+        return await self.aincr(key, -delta, version=version)
 
-    async def set_many(
+    async def aset_many(
         self, data: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
     ) -> list[Any]:
         if not data:
             return []
-        safe = {self._full(key, version): self._dumps(value) for key, value in data.items()}
+        safe = {self._full(k, version): await encoded(self._dumps, v) for k, v in data.items()}
         timeout = self._timeout(timeout)
         # As Django's: MSET and an EXPIRE per key, in one MULTI (redis-py's default pipeline).
         async with self.client.pipeline() as pipeline:
@@ -147,28 +157,28 @@ class BuiltinRedisCalls:
             await pipeline.execute()
         return []
 
-    async def delete_many(self, keys: Any, version: Any = None) -> None:
+    async def adelete_many(self, keys: Any, version: Any = None) -> None:
         if not keys:
             return
         await self.client.delete(*(self._full(key, version) for key in keys))
 
-    async def clear(self) -> bool:
+    async def aclear(self) -> bool:
         return bool(await self.client.flushdb())
 
-    async def incr_version(self, key: Any, delta: int = 1, version: Any = None) -> int:
+    async def aincr_version(self, key: Any, delta: int = 1, version: Any = None) -> int:
         """As ``BaseCache.aincr_version``: the value moves to ``version + delta``."""
         if version is None:
             version = self._wrapped.version
         missing = object()
-        value = await self.get(key, missing, version=version)
+        value = await self.aget(key, missing, version=version)
         if value is missing:
             raise ValueError(f"Key '{key}' not found")
-        await self.set(key, value, version=version + delta)
-        await self.delete(key, version=version)
+        await self.aset(key, value, version=version + delta)
+        await self.adelete(key, version=version)
         return int(version + delta)
 
-    async def decr_version(self, key: Any, delta: int = 1, version: Any = None) -> int:
-        return await self.incr_version(key, -delta, version)
+    async def adecr_version(self, key: Any, delta: int = 1, version: Any = None) -> int:
+        return await self.aincr_version(key, -delta, version)
 
 
 #: The asyncio calls of one wrapped cache.

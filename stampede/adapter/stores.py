@@ -25,21 +25,13 @@ from django.conf import settings as django_settings
 from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
 
-from .cache_settings import CacheSettings
 from ..core import lockspec, process
 from ..core.keys import CacheKey
 from ..core.near import NearCache, NearOptions
 from ..core.outage import Outage
 from ..core.tags import STAMP_NAME_PREFIX, checked_tags
-from .django_internals import (
-    BackendStore,
-    async_store_for,
-    django_redis_parts,
-    reads_one_server,
-    store_for,
-)
-from .django_redis_calls import DjangoRedisClientCalls
 from ..fill._async.filler import Filler as AsyncFiller
+from ..fill._async.near import NearReadsOnLoop
 from ..fill._async.store import RedisStore as AsyncRedisStore
 from ..fill._sync import local
 from ..fill._sync.filler import Filler
@@ -50,6 +42,15 @@ from ..io import clients
 from ..io._async import batch
 from ..io._async.loops import loop_state
 from ..lock._sync.mutex import Mutex
+from .cache_settings import CacheSettings
+from .django_internals import (
+    BackendStore,
+    async_store_for,
+    django_redis_parts,
+    reads_one_server,
+    store_for,
+)
+from .django_redis_calls import DjangoRedisClientCalls
 from .redis_calls import BuiltinRedisCalls
 
 #: A cache's store: records and fill locks.
@@ -337,11 +338,21 @@ def async_store(store: Store) -> Any:
     return async_store_for(store)
 
 
-def async_near_store(store: Store) -> AsyncRedisStore | None:
-    """Return the running loop's store for the near cache's reads, or None where the store
-    has no asyncio twin (Sentinel): those reads go through the wrapped cache, as without one."""
+def async_near_reads(
+    settings: CacheSettings, store: Store, near: NearReads | None
+) -> NearReadsOnLoop | None:
+    """Return the running loop's reads of the near cache ``near``, or None: no near cache, or
+    a store with no asyncio twin (Sentinel), whose reads go through the wrapped cache, as
+    without one. One per loop and settings."""
+    if near is None:
+        return None
+    kept = loop_state().near_reads
+    return _kept(kept, id(settings), settings, lambda: _near_reads_on_loop(store, near))
+
+
+def _near_reads_on_loop(store: Store, near: NearReads) -> NearReadsOnLoop | None:
     twin = async_store_for(store)
-    return twin if isinstance(twin, AsyncRedisStore) else None
+    return NearReadsOnLoop(near, twin) if isinstance(twin, AsyncRedisStore) else None
 
 
 def native_calls(settings: CacheSettings, store: Store) -> Any:

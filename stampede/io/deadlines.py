@@ -6,7 +6,8 @@ partitioned, or whose host vanished without a reset), and so would every request
 Where the settings give no ``socket_timeout`` or ``socket_connect_timeout`` (the URL's query,
 the cache's ``OPTIONS``), the connections the package builds get ``DEADLINE``: a silent Redis
 then costs a call at most that long, and ``ON_REDIS_ERROR`` decides what the caller gets.
-A wrapped cache's own pool is its settings' to bound: ``stampede.adapter.checks`` says when it is not.
+A wrapped cache's own pool is its settings' to bound: ``stampede.adapter.checks`` says when
+it is not.
 
 Rule: a connection that died with its server is retried once, on a fresh socket, and only
 then is the call a failure. When Redis restarts, every connection pooled before is dead, and

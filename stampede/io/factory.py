@@ -121,7 +121,8 @@ def sentinel_primary(
     from redis.sentinel import Sentinel
 
     manager = _bounded_manager(manager, on_asyncio=False)
-    master_for: Any = Sentinel(sentinels, **manager).master_for  # type: ignore[no-untyped-call]
+    sentinel_class: Any = Sentinel  # typed from redis-py 8, untyped before
+    master_for: Any = sentinel_class(sentinels, **manager).master_for
     return master_for(service_name, **deadlines.bounded(master_kwargs))
 
 
@@ -136,7 +137,8 @@ def async_sentinel_primary(
     from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 
     manager = _bounded_manager(manager, on_asyncio=True)
-    manager_of_loop = AsyncSentinel(sentinels, **manager)  # type: ignore[no-untyped-call]
+    sentinel_class: Any = AsyncSentinel  # typed from redis-py 8, untyped before
+    manager_of_loop = sentinel_class(sentinels, **manager)
     primary_class = _async_primary_class()
     master_kwargs = deadlines.bounded(master_kwargs, on_asyncio=True)
     return manager_of_loop.master_for(service_name, redis_class=primary_class, **master_kwargs)

@@ -2,7 +2,9 @@
 
 SECRET_KEY = "stampede-tests-only"
 USE_TZ = True
-INSTALLED_APPS: list[str] = []
+# contenttypes: a model whose querysets the drop-in tests cache (their pickling needs the ORM).
+INSTALLED_APPS: list[str] = ["django.contrib.contenttypes"]
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.locmem.LocMemCache",

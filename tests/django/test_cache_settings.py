@@ -19,8 +19,8 @@ from django.core.cache.backends.base import BaseCache
 from django.core.exceptions import ImproperlyConfigured
 
 from stampede.adapter import cache_settings
-from stampede.backends import StampedeCache
 from stampede.adapter.checks import check_caches
+from stampede.backends import StampedeCache
 from tests.django import workers
 
 REDIS_URL = "redis://127.0.0.1:6379/0"  # never connected to
@@ -105,15 +105,15 @@ def test_every_public_method_of_base_cache_is_the_wrappers_own():
 @pytest.mark.parametrize(
     ("name", "parameters"),
     [
-        ("set", ["self", "key", "args", "kwargs"]),
-        ("aset", ["self", "key", "args", "kwargs"]),
-        ("delete_many", ["self", "keys", "args", "kwargs"]),
-        ("aset_many", ["self", "data", "args", "kwargs"]),
+        ("set", ["self", "key", "value", "timeout", "version", "args", "kwargs"]),
+        ("aset", ["self", "key", "value", "timeout", "version", "args", "kwargs"]),
+        ("delete_many", ["self", "keys", "version", "args", "kwargs"]),
+        ("aset_many", ["self", "data", "timeout", "version", "args", "kwargs"]),
         ("clear", ["self", "args", "kwargs"]),
         ("get_or_set", ["self", "key", "default", "timeout", "version"]),
     ],
 )
-def test_forwarded_methods_show_their_parameters(name, parameters):
+def test_methods_show_djangos_parameters_then_the_wrapped_caches_own(name, parameters):
     method = getattr(StampedeCache, name)
     assert list(inspect.signature(method).parameters) == parameters
     assert method.__name__ == name

@@ -1,8 +1,10 @@
 """The Django adapter's modules import in one direction: no cycle, counting lazy imports.
 
-``stampede.backends`` sits on ``cache_settings``, ``stores``, ``passthrough`` and ``call_args``,
-which sit on ``django_internals``; none of them imports a module above it, not even inside a
-function (a lazy import hides a cycle from the interpreter, not from the design).
+``stampede.backends`` sits on ``cache_settings``, ``stores``, its methods (``_async/cache``,
+``_sync/cache``), ``answers`` and ``call_args``, which sit on ``django_internals``; the page flow
+(``_async/pages.py`` and its generated ``_sync/pages.py``) sits on ``page_decision``, which holds
+``PagePolicy``. None of them imports a module above it, not even inside a function (a lazy import
+hides a cycle from the interpreter, not from the design).
 """
 
 from __future__ import annotations
@@ -21,7 +23,12 @@ ADAPTER = [
     "stampede.adapter.call_args",
     "stampede.adapter.checks",
     "stampede.adapter.django_internals",
-    "stampede.adapter.passthrough",
+    "stampede.adapter.page_decision",
+    "stampede.adapter._async.pages",
+    "stampede.adapter._sync.pages",
+    "stampede.adapter.answers",
+    "stampede.adapter._async.cache",
+    "stampede.adapter._sync.cache",
     "stampede.adapter.stores",
 ]
 

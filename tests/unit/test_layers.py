@@ -61,8 +61,8 @@ FORBIDDEN = {
     "stampede.bloom": ("django", "celery", *ASYNCIO_SIDE),
     "stampede.contrib.zookeeper": ("redis", "django", "celery"),
     "stampede.aio": ("django", "celery"),
-    # The Celery adapter reaches Django only through stampede.adapter.django_internals, and only when
-    # asked for its lock client. (Celery's kombu imports django.utils itself when installed.)
+    # The Celery adapter reaches Django only through stampede.adapter.django_internals, and
+    # only when asked for its lock client. (Celery's kombu imports django.utils itself when installed.)
     "stampede.celery": ("django.conf", "django.core.cache", "stampede.adapter.django_internals"),
 }
 

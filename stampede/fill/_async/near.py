@@ -43,3 +43,22 @@ async def read_many(reads: NearReads, store: RedisStore, fulls: Sequence[Any]) -
             replies = await store.read_many_near(unkept) if unkept else []
             reads.judge_many(found, tagged, reads.keep_stamps(unkept, replies, stamp))
     return found
+
+
+class NearReadsOnLoop:
+    """The near cache's reads through an asyncio store: :class:`NearReads`'s ``read`` and
+    ``read_many``, awaited (one per event loop and cache)."""
+
+    __slots__ = ("reads", "store")
+
+    def __init__(self, reads: NearReads, store: RedisStore) -> None:
+        self.reads = reads
+        self.store = store
+
+    async def read(self, key: CacheKey) -> Any:
+        """Return the record of ``key``: this process's fresh copy, else read from Redis."""
+        return await read(self.reads, self.store, key)
+
+    async def read_many(self, fulls: Sequence[Any]) -> dict[Any, Any]:
+        """Return the records of ``fulls`` that exist, copies first."""
+        return await read_many(self.reads, self.store, fulls)

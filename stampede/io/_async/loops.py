@@ -29,6 +29,8 @@ class LoopState:
         self.native_calls: dict[int, tuple[Any, Any]] = {}
         # And its fillers over Redis, by its settings' id (``stores.py``).
         self.fillers: dict[int, tuple[Any, Any]] = {}
+        # And its near cache's reads through the loop's store, by its settings' id.
+        self.near_reads: dict[int, tuple[Any, Any]] = {}
         # Stores' twins, keyed weakly by the sync store (``fill/_async/store.py``).
         self.stores: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         # Read batches, keyed weakly by the asyncio client they send on (``batch.py``).

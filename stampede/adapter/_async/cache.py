@@ -1,0 +1,400 @@
+"""``StampedeCache``'s calls of Django's cache API, and the fill's, on one side.
+
+Written once, for asyncio (the ``a*`` methods), and generated for threads by
+``.ci/unasync.py`` (the same text without the ``a`` and the ``await``). Each method is written
+as Django's own ``redis.py`` writes its methods: it calls the wrapped cache, then one named
+step of ours:
+
+- a write drops this process's copies of its keys (``_forget_copies``: the near cache's, and
+  those kept through an outage), whether it succeeded or raised (a Redis gone mid-call may
+  still have applied it);
+- ``delete``, ``delete_many`` and a version's move first void the fills of their keys in
+  progress (``_avoid_fills``), so no load begun before the delete stores after it;
+- a call that changes a value's life drops its fill's meta (``_adrop_meta``): the value then
+  lives by its own TTL, as a plain one;
+- reads unwrap entries in the previous format (``answers``).
+
+What differs between the sides is reached through a few methods of ``StampedeCache``
+(``backends.py``), one name per side: ``_acalls`` (the wrapped cache's own calls, or on
+asyncio the loop's native calls of it: ``redis_calls``), ``_afiller`` (the filler), and
+``_anear_reads`` (the near cache's reads).
+
+Rule: every argument passes through as given; the wrapper reads only the ones ``BaseCache``
+names, at the positions it gives them (django-redis keeps its own after them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import sync_to_async  # on asyncio only: the generated module drops it
+from django.core.cache.backends.base import DEFAULT_TIMEOUT
+from redis.exceptions import RedisError
+
+from ...core.missing import MISSING
+from ...exceptions import NotFound
+from .. import answers, call_args
+
+
+class AsyncCacheMethods:
+    """The ``a*`` methods of ``StampedeCache`` (see the module docstring)."""
+
+    if TYPE_CHECKING:  # what ``StampedeCache`` (``backends.py``) gives these methods
+        _namer: Any
+        filler: Any
+        near: Any
+
+        @property
+        def _wrapped(self) -> Any: ...
+        def _acalls(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+        def _afiller(self) -> Any: ...
+        def _anear_reads(self) -> Any: ...
+        def _key(self, key: Any, version: Any) -> Any: ...
+        def _tagged_key(self, key: Any, version: Any, tags: Any) -> Any: ...
+        def _named_key(self, key: Any, version: Any) -> Any: ...
+        def _resolve_timeout(self, timeout: Any) -> float | None: ...
+        def _near_served(self, key: Any, version: Any) -> Any: ...
+        def _forget_copies(self, keys: Any, version: Any) -> None: ...
+        def _forget_all_copies(self) -> None: ...
+
+        # unasync: async only
+        def get_or_set(self, *args: Any, **kwargs: Any) -> Any: ...
+        def get_or_load(self, *args: Any, **kwargs: Any) -> Any: ...
+        def invalidate(self, *args: Any, **kwargs: Any) -> None: ...
+
+        # unasync: end
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def aget(
+        self, key: Any, default: Any = None, version: Any = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        reads = None if args or kwargs else self._anear_reads()
+        if reads is not None:
+            try:
+                return answers.unwrap(await reads.read(self._key(key, version)), default)
+            except RedisError:
+                pass  # the wrapped cache's own way with a Redis error (raise, or ignore)
+        calls = self._acalls("get", args, kwargs)
+        return answers.older(await calls.aget(key, default, version, *args, **kwargs), default)
+
+    async def aget_many(
+        self, keys: Any, version: Any = None, *args: Any, **kwargs: Any
+    ) -> dict[Any, Any]:
+        reads = None if args or kwargs else self._anear_reads()
+        if reads is not None:
+            keys = list(keys)  # read twice if Redis fails: here, and by the wrapped cache
+            named = {self._key(key, version).full: key for key in keys}
+            try:
+                return answers.by_key(named, await reads.read_many(list(named)))
+            except RedisError:
+                pass
+        calls = self._acalls("get_many", args, kwargs)
+        return answers.older_many(await calls.aget_many(keys, version, *args, **kwargs))
+
+    async def ahas_key(self, key: Any, version: Any = None, *args: Any, **kwargs: Any) -> bool:
+        calls = self._acalls("has_key", args, kwargs)
+        return bool(await calls.ahas_key(key, version, *args, **kwargs))
+
+    # -- writes: the wrapped cache's, then this process's copies of the keys dropped -----------
+
+    async def aadd(
+        self,
+        key: Any,
+        value: Any,
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: Any = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        try:
+            return await self._acalls("add", args, kwargs).aadd(
+                key, value, timeout, version, *args, **kwargs
+            )
+        finally:
+            self._forget_copies([key], version)
+
+    async def aset(
+        self,
+        key: Any,
+        value: Any,
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: Any = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        try:
+            return await self._acalls("set", args, kwargs).aset(
+                key, value, timeout, version, *args, **kwargs
+            )
+        finally:
+            self._forget_copies([key], version)
+
+    async def aset_many(
+        self,
+        data: Any,
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: Any = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        data = dict(data)  # read once: by the wrapped cache, then for its keys
+        try:
+            return await self._acalls("set_many", args, kwargs).aset_many(
+                data, timeout, version, *args, **kwargs
+            )
+        finally:
+            self._forget_copies(data, version)
+
+    async def aincr(
+        self, key: Any, delta: int = 1, version: Any = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        try:
+            return await self._acalls("incr", args, kwargs).aincr(
+                key, delta, version, *args, **kwargs
+            )
+        finally:
+            self._forget_copies([key], version)
+
+    async def adecr(
+        self, key: Any, delta: int = 1, version: Any = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        try:
+            return await self._acalls("decr", args, kwargs).adecr(
+                key, delta, version, *args, **kwargs
+            )
+        finally:
+            self._forget_copies([key], version)
+
+    async def atouch(
+        self,
+        key: Any,
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: Any = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        # A value whose life changes lives by its new TTL alone: its fill's meta is dropped (a
+        # soft expiry set for the old life would refresh it early).
+        try:
+            return await self._acalls("touch", args, kwargs).atouch(
+                key, timeout, version, *args, **kwargs
+            )
+        finally:
+            await self._adrop_meta([key], version)
+
+    async def aclear(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await self._acalls("clear", args, kwargs).aclear(*args, **kwargs)
+        finally:
+            self._forget_all_copies()
+
+    async def aclose(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._wrapped.aclose(*args, **kwargs)
+
+    # -- deletes: fills in progress voided first, then the wrapped cache's delete --------------
+    #
+    # Voided before the delete, so that no load begun before it can store after it, and a
+    # reader between the two still finds the value (voided after the delete, each fill a reader
+    # began in between would be voided too, and its key loaded twice). A delete whose fills
+    # could not be voided still deletes, then raises that error: its own error wins.
+
+    async def adelete(self, key: Any, version: Any = None, *args: Any, **kwargs: Any) -> Any:
+        unvoided = await self._avoid_fills([key], version)
+        try:
+            deleted = await self._acalls("delete", args, kwargs).adelete(
+                key, version, *args, **kwargs
+            )
+        finally:
+            self._forget_copies([key], version)
+        return answers.raised(unvoided, deleted)
+
+    async def adelete_many(self, keys: Any, version: Any = None, *args: Any, **kwargs: Any) -> Any:
+        keys = list(keys)  # read once: voided, then deleted
+        unvoided = await self._avoid_fills(keys, version)
+        try:
+            deleted = await self._acalls("delete_many", args, kwargs).adelete_many(
+                keys, version, *args, **kwargs
+            )
+        finally:
+            self._forget_copies(keys, version)
+        return answers.raised(unvoided, deleted)
+
+    # The value moves to the new version (without its fill's meta: it reads as a plain value
+    # there), and a fill of the old one in progress is voided, as ``delete`` voids it.
+
+    async def aincr_version(
+        self, key: Any, delta: int = 1, version: Any = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        try:
+            moved = await self._acalls("incr_version", args, kwargs).aincr_version(
+                key, delta, version, *args, **kwargs
+            )
+        finally:
+            self._forget_copies([key], version)
+        await self._amoved(key, version, moved)
+        return moved
+
+    async def adecr_version(
+        self, key: Any, delta: int = 1, version: Any = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        try:
+            moved = await self._acalls("decr_version", args, kwargs).adecr_version(
+                key, delta, version, *args, **kwargs
+            )
+        finally:
+            self._forget_copies([key], version)
+        await self._amoved(key, version, moved)
+        return moved
+
+    # -- the stampede-safe fill -------------------------------------------------------------
+
+    async def aget_or_set(
+        self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
+    ) -> Any:
+        """Return the cached value of ``key``, filling it from ``default`` once, cluster-wide.
+
+        As Django's ``get_or_set``, but a miss is filled by one caller across every thread,
+        process and machine while the others wait for it and read its result.
+        """
+        seconds = self._resolve_timeout(timeout)
+        copied = self._near_served(key, version)
+        if copied is not MISSING:
+            return copied
+        loader = default if callable(default) else call_args.Constant(default)
+        filler = self._afiller()
+        # unasync: async only
+        if filler is None:  # no asyncio twin of the lock client (Sentinel): in a worker thread
+            return await sync_to_async(self.get_or_set, thread_sensitive=False)(
+                key, loader, seconds, version
+            )
+        loader = call_args.as_django_runs_it(loader)
+        # unasync: end
+        return await filler.get_or_load(self._key(key, version), loader, seconds)
+
+    async def aget_or_load(
+        self,
+        key: Any,
+        loader: Callable[[], Any],
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: Any = None,
+        *,
+        bloom: Any = None,
+        bloom_item: Any = None,
+        default: Any = call_args.NOT_FOUND,
+        tags: Any = None,
+        **options: Any,
+    ) -> Any:
+        """Return the cached value of ``key``, calling ``loader()`` on a miss, once cluster-wide.
+
+        Keyword ``options`` override the cache's ``OPTIONS`` for this call, in lower case:
+        ``grace=60``, ``lock_ttl=5``, ``wait_timeout=2``, ``on_timeout="raise"``, ...
+
+        ``bloom`` (a ``stampede.BloomFilter``): on a miss, before any lock, check that
+        ``bloom_item`` (default: ``key``) was ever added; if not, return ``default``, or raise
+        ``stampede.NotFound`` when none is given. The loader is not called, nothing is cached.
+
+        ``tags`` (names): the value is filed under them, and :meth:`ainvalidate_tags` of any of
+        them invalidates it; a hit reads their stamps with the value, in the same round trip.
+        """
+        call_args.check_loader(loader)
+        filler = self._afiller()
+        # unasync: async only
+        if filler is None:  # no asyncio twin of the lock client (Sentinel): in a worker thread
+            guarded = await call_args.answered(bloom, key, bloom_item)
+            fill = self.get_or_load
+            arguments = dict(default=default, tags=tags, **guarded, **options)
+            return await sync_to_async(fill, thread_sensitive=False)(
+                key, loader, timeout, version, **arguments
+            )
+        loader = call_args.as_django_runs_it(loader)
+        # unasync: end
+        guard = call_args.guard(bloom, key, bloom_item)
+        named = self._tagged_key(key, version, tags)
+        try:
+            return await filler.get_or_load(
+                named, loader, self._resolve_timeout(timeout), bloom=guard, **options
+            )
+        except NotFound as refused:
+            return call_args.or_default(refused, guard, default)
+
+    # -- invalidation ----------------------------------------------------------------------
+
+    async def ainvalidate(self, key: Any, soft: bool = True, version: Any = None) -> None:
+        """Invalidate ``key`` without a stampede.
+
+        ``soft`` (the default): its value is stale from now on; the next caller of a fill
+        (``get_or_set``, ``get_or_load``, ``@cached``, ...) refreshes it under the lock while
+        the others are served it, for at most ``STALE_WINDOW``. A fill of it in progress began
+        before: it is voided. ``soft=False``: it is deleted (as ``delete``), and the fill
+        protocol loads it once.
+        """
+        if not soft:
+            await self.adelete(key, version=version)
+            return
+        filler = self._afiller()
+        # unasync: async only
+        if filler is None:
+            await sync_to_async(self.invalidate, thread_sensitive=False)(key, soft, version)
+            return
+        # unasync: end
+        await filler.invalidate_softly(self._key(key, version))
+
+    async def ainvalidate_tags(self, *tags: str, soft: bool = True) -> None:
+        """Invalidate every entry filed under any of ``tags``, whatever their number.
+
+        Writes one small stamp per tag and nothing else (``stampede.core.tags``). ``soft``
+        (the default): the entries are stale, each refreshed by its next caller under the lock
+        while the others are served it, for at most ``STALE_WINDOW``; ``soft=False``: they are
+        misses, each loaded once by the fill protocol. Tags are seen by the reads of the fill
+        protocol (``get_or_set``, ``get_or_load``, ``@cached``, ``@single_flight``, the page
+        cache); ``get`` returns what Redis holds, as the wrapped cache's own ``get`` does.
+        """
+        stamps = self._namer.stamps(tags)
+        filler = self._afiller()
+        # unasync: async only
+        if filler is None:
+            await sync_to_async(self.filler.invalidate_tags, thread_sensitive=False)(
+                stamps, not soft
+            )
+            return
+        # unasync: end
+        await filler.invalidate_tags(stamps, not soft)
+
+    # -- our steps after (or before) the wrapped cache's call ---------------------------------
+
+    async def _avoid_fills(self, keys: Any, version: Any) -> Exception | None:
+        """Void the fills of ``keys`` in progress (their writes are refused) and wake their
+        waiters to load afresh; return the error that kept them from it, if any."""
+        named = [self._named_key(key, version) for key in keys]
+        try:
+            filler = self._afiller()
+            # unasync: async only
+            if filler is None:
+                await sync_to_async(self.filler.invalidate, thread_sensitive=False)(*named)
+                return None
+            # unasync: end
+            await filler.invalidate(*named)
+        except Exception as error:  # the delete goes on; raised once it is done
+            return error
+        return None
+
+    async def _adrop_meta(self, keys: Any, version: Any) -> None:
+        """Drop the fill's meta of ``keys`` and this process's copies: their lives changed."""
+        self._forget_copies(keys, version)  # a copy must not outlive the key's new expiry
+        named = [self._named_key(key, version) for key in keys]
+        filler = self._afiller()
+        # unasync: async only
+        if filler is None:
+            await sync_to_async(self.filler.store.drop_meta, thread_sensitive=False)(named)
+            return
+        # unasync: end
+        await filler.store.drop_meta(named)
+
+    async def _amoved(self, key: Any, version: Any, moved: Any) -> None:
+        """A value moved from ``version`` to ``moved``: its old fills are void, and the copies
+        of the version it moved to are dropped."""
+        unvoided = await self._avoid_fills([key], version)
+        self._forget_copies([key], moved)
+        answers.raised(unvoided, None)
