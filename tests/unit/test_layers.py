@@ -62,7 +62,8 @@ FORBIDDEN = {
     "stampede.contrib.zookeeper": ("redis", "django", "celery"),
     "stampede.aio": ("django", "celery"),
     # The Celery adapter reaches Django only through stampede.adapter.django_internals, and
-    # only when asked for its lock client. (Celery's kombu imports django.utils itself when installed.)
+    # only when asked for its lock client. (Celery's kombu imports django.utils itself when
+    # installed.)
     "stampede.celery": ("django.conf", "django.core.cache", "stampede.adapter.django_internals"),
 }
 
