@@ -17,7 +17,6 @@ what it is built from, and the few methods whose sides differ: where a call goes
 from __future__ import annotations
 
 import asyncio
-import sys
 import warnings
 import weakref
 from typing import Any
@@ -33,7 +32,6 @@ from .adapter._async.cache import AsyncCacheMethods
 from .adapter._sync.cache import CacheMethods
 from .adapter.cache_settings import REDIS_URL_SCHEMES, parsed
 from .core import calls
-from .core import options as conf
 from .core.keys import CacheKey
 from .core.missing import MISSING
 from .core.reentry import refuse_reentry
@@ -45,9 +43,6 @@ from .fill.near import NearReads
 __all__ = ["NOT_FOUND", "REDIS_URL_SCHEMES", "StampedeCache"]
 
 NOT_FOUND = call_args.NOT_FOUND
-# The largest timeout that is a float; a larger int (10**400) is checked, and refused.
-_LARGEST = sys.float_info.max
-_PLAIN_NUMBERS = (int, float)  # exactly: bool is an int, and True is no timeout
 
 
 def _wrapped_setting(name: str) -> property:
@@ -240,22 +235,7 @@ class StampedeCache(CacheMethods, AsyncCacheMethods, BaseCache):
         return CacheKey(self._namer.wrapped.make_key(key, version=version), key, version)
 
     def _resolve_timeout(self, timeout: Any) -> float | None:
-        """Return ``timeout`` in seconds as Django reads it (None: forever, <= 0: not kept).
-
-        NaN, infinities and non-numbers are refused, naming the argument. A huge timeout is
-        Django's to allow (it does), and Redis keeps the entry at most ``conf.MAX_TTL_MS``.
-        On the hit path: the common case costs no call.
-        """
-        if timeout is DEFAULT_TIMEOUT:
-            return self.default_timeout
-        if timeout is None:
-            return None
-        if type(timeout) in _PLAIN_NUMBERS and 0 <= timeout <= _LARGEST:
-            return float(timeout)  # the common case: nothing to validate
-        number = isinstance(timeout, _PLAIN_NUMBERS) and not isinstance(timeout, bool)
-        if number and -_LARGEST <= timeout < 0:
-            return 0.0  # Django: a negative timeout expires at once, like 0
-        return conf.seconds("timeout", timeout, allow_zero=True, bounded=False)
+        return call_args.timeout_seconds(timeout, self.default_timeout)
 
     # -- this process's copies --------------------------------------------------------------
 

@@ -3,20 +3,23 @@
 ``get_or_load`` (and its async twin) take, beside Django's arguments, the fill's own
 (``bloom=``, ``bloom_item=``, ``default=``) and a loader that may be sync or async. This
 module turns them into what the core filler takes, and says what is wrong with them, naming
-the argument. The key and timeout are read in ``backends.py``: they are on the hit path.
+the argument, and reads a call's timeout as Django does.
 
 Rule: no I/O but the one a call's own ``bloom=`` filter asks for.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
+from django.core.cache.backends.base import DEFAULT_TIMEOUT
 from redis.exceptions import RedisError
 
 from ..bloom import AnsweredGuard, BloomFilter, BloomGuard
+from ..core import options as conf
 from ..exceptions import NotFound
 
 #: ``get_or_load``'s ``default`` when none is given: ``bloom=`` raises ``NotFound``.
@@ -97,3 +100,27 @@ def or_default(refused: NotFound, checked: Any, default: Any) -> Any:
     if default is NOT_FOUND or not ours:
         raise refused
     return default
+
+
+# The largest timeout that is a float; a larger int (10**400) is checked, and refused.
+_LARGEST = sys.float_info.max
+_PLAIN_NUMBERS = (int, float)  # exactly: bool is an int, and True is no timeout
+
+
+def timeout_seconds(timeout: Any, default: float | None) -> float | None:
+    """Return ``timeout`` in seconds as Django reads it (None: forever, <= 0: not kept).
+
+    NaN, infinities and non-numbers are refused, naming the argument. A huge timeout is
+    Django's to allow (it does), and Redis keeps the entry at most ``conf.MAX_TTL_MS``.
+    On the hit path: the common case costs no call.
+    """
+    if timeout is DEFAULT_TIMEOUT:
+        return default
+    if timeout is None:
+        return None
+    if type(timeout) in _PLAIN_NUMBERS and 0 <= timeout <= _LARGEST:
+        return float(timeout)  # the common case: nothing to validate
+    number = isinstance(timeout, _PLAIN_NUMBERS) and not isinstance(timeout, bool)
+    if number and -_LARGEST <= timeout < 0:
+        return 0.0  # Django: a negative timeout expires at once, like 0
+    return conf.seconds("timeout", timeout, allow_zero=True, bounded=False)
