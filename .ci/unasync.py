@@ -93,10 +93,6 @@ SUBSTITUTIONS: tuple[tuple[str, str], ...] = (
     (r"_amoved", "_moved"),
     # The page flow's (adapter/_async/pages.py).
     (r"aserve", "serve"),
-    # Django's cache methods the page flow calls, until the cache's block above names them.
-    (r"aget_or_load", "get_or_load"),
-    (r"aget", "get"),
-    (r"aset", "set"),
     (r"<aio\.", "<"),  # reprs
 )
 

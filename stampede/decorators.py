@@ -22,10 +22,12 @@ from typing import Any, TypeVar
 from asgiref.sync import iscoroutinefunction
 from django.http import Http404
 
+from .adapter._async.pages import aserve
+from .adapter._sync.pages import serve
+from .adapter.page_decision import PagePolicy, alias_argument, stampede_cache
 from .bloom import BloomGuard
 from .core import options as conf
 from .exceptions import NotFound
-from .adapter.pages import PagePolicy, alias_argument, aserve, serve, stampede_cache
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 # Longer argument keys are hashed: a big argument must not make a huge cache key.

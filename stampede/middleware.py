@@ -21,7 +21,9 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.http import HttpRequest
 
-from .adapter.pages import PagePolicy, aserve, serve
+from .adapter._async.pages import aserve
+from .adapter._sync.pages import serve
+from .adapter.page_decision import PagePolicy
 
 
 class StampedeCacheMiddleware:

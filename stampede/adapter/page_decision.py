@@ -1,4 +1,8 @@
-"""Django's own decision on a rendered page: may it be shared, under which key, for how long.
+"""A page's policy, and Django's own decision on it: may it be shared, under which key, how long.
+
+``PagePolicy`` is what ``@single_flight`` and the middleware ask for (seconds, key prefix, cache
+alias, grace), validated when built. The page flow (``_async/pages.py`` and its generated twin)
+and ``decide`` both read it, so it lives here, below the flow: the page modules import one way.
 
 The page cache asks the installed Django instead of copying its rules: ``decide`` hands each
 rendered response to Django's ``UpdateCacheMiddleware.process_response`` (through
@@ -25,8 +29,8 @@ decision, each a no-op where that Django has the rule:
    an absent header from an empty one and ``a``+``""`` from ``""``+``a`` (``variant_key``), as the
    newest Django's key does, so no older Django's coarser key puts two variants on one page.
 
-Rule: nothing here touches a cache; the caller stores the page through the fill, then the
-header list.
+Rule: nothing here reads or writes a cache (``stampede_cache`` only looks one up); the caller
+stores the page through the fill, then the header list.
 """
 
 from __future__ import annotations
@@ -36,15 +40,78 @@ import math
 import pickle
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from django.core.cache import caches
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.utils.cache import get_max_age, has_vary_header, patch_vary_headers
 
+from ..core import options as conf
 from .django_internals import PageCacheUpdate
 
-if TYPE_CHECKING:
-    from .pages import PagePolicy
+
+@dataclass(frozen=True)
+class PagePolicy:
+    """How pages are cached: seconds, key prefix, cache alias, grace (stale-while-revalidate).
+
+    Validated when built, so a bad argument of ``@single_flight`` or of the middleware (or a
+    bad ``CACHE_MIDDLEWARE_*`` setting) fails at start-up, not on the first request. Seconds
+    are bounded (``conf.MAX_SECONDS``): the page's ``Expires`` header must be a real date.
+    """
+
+    timeout: float
+    key_prefix: str = ""
+    cache_alias: str = "default"
+    grace: float = 0.0
+    #: False (``cache_page``): ``timeout`` is the page's, whatever its ``max-age``. True (the
+    #: cache middleware, ``CACHE_MIDDLEWARE_SECONDS``): a ``max-age`` wins, and 0 stores nothing.
+    honours_max_age: bool = False
+
+    def __post_init__(self) -> None:
+        checked = {
+            "timeout": conf.seconds("timeout", self.timeout, allow_zero=True),
+            "key_prefix": str_argument("key_prefix", self.key_prefix),
+            "cache_alias": alias_argument("cache_alias", self.cache_alias),
+            "grace": conf.seconds("grace", self.grace, allow_zero=True),
+            "honours_max_age": bool(self.honours_max_age),
+        }
+        for field, value in checked.items():
+            object.__setattr__(self, field, value)
+
+    def cache(self) -> Any:
+        return stampede_cache(self.cache_alias, "single-flight page caching")
+
+
+def str_argument(name: str, value: Any) -> str:
+    """Return ``value`` if it is a str (a key prefix), or raise naming ``name``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str; got {value!r}")
+    return value
+
+
+def alias_argument(name: str, value: Any) -> str:
+    """Return ``value`` if it can name a cache in ``CACHES``, or raise naming ``name``.
+
+    Whether ``CACHES`` has it is known only when the cache is used: decorators run at import
+    time, before a test (or ``settings``) may have set ``CACHES``.
+    """
+    if not isinstance(value, str) or not value:
+        raise TypeError(
+            f"{name} must be the alias of a cache in CACHES, such as 'default'; got {value!r}"
+        )
+    return value
+
+
+def stampede_cache(cache_alias: str, purpose: str) -> Any:
+    """Return ``caches[cache_alias]``, which must be a ``StampedeCache`` for ``purpose``."""
+    cache = caches[cache_alias]
+    if not hasattr(cache, "get_or_load"):
+        raise ImproperlyConfigured(
+            f"CACHES[{cache_alias!r}] must be a stampede.backends.StampedeCache for "
+            f"{purpose}; wrap your cache with it"
+        )
+    return cache
 
 
 class _Capture:

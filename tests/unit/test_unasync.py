@@ -154,7 +154,7 @@ def _docstring(layer: str, side: str) -> str:
     return ast.get_docstring(ast.parse(path.read_text())) or ""
 
 
-@pytest.mark.parametrize("layer", ["io", "lock", "fill", "bloom"])
+@pytest.mark.parametrize("layer", ["io", "lock", "fill", "bloom", "adapter"])
 def test_the_mirrored_folders_say_in_their_docstrings_what_is_generated_and_what_written(layer):
     script = load_unasync()
     generated = set(script.GENERATED.get(layer, ()))
