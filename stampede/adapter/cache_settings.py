@@ -27,8 +27,8 @@ from ..core import lockspec, outage
 from ..core import options as conf
 from ..core.lockspec import LockSpec
 from ..core.near import NearOptions
-from .django_internals import is_redis_backend, is_stampede_backend
 from ..io import sentinel
+from .django_internals import is_redis_backend, is_stampede_backend
 
 #: ``OPTIONS`` the backend reads itself; the others are the fill's (``core/options.py``).
 BACKEND_OPTIONS = ("LOCK_URL", "NEAR_CACHE", "LOCK", "OUTAGE_COPIES")

@@ -23,10 +23,10 @@ from django.core.checks import Warning as CheckWarning
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
+from ..io import deadlines
 from . import cache_settings
 from .cache_settings import CacheSettings
 from .django_internals import STAMPEDE_BACKEND, is_stampede_backend
-from ..io import deadlines
 
 #: Below this LOCK_TTL (seconds) a renewal every LOCK_TTL/3 leaves too little room for one
 #: slow round trip or a GC pause before the lock expires under a live holder.

@@ -72,7 +72,7 @@ class AsyncTwin:
     def __getattr__(self, name: str) -> Any:
         real = self._real()
         if name in ASYNC_TWINS:
-            return async_to_sync(getattr(real, "a" + name))
+            return _Twin(getattr(real, name), getattr(real, "a" + name))
         return getattr(real, name)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -86,6 +86,18 @@ class AsyncTwin:
 
     def __hash__(self) -> int:
         return hash(self._real())
+
+
+class _Twin:
+    """A sync method that runs its async twin; it shows the sync method's ``__func__`` (Django's
+    async tests ask whether a backend overrides a method: the wrapper's answer, not this one's)."""
+
+    def __init__(self, method: Any, twin: Any) -> None:
+        self.__func__ = method.__func__
+        self._run = async_to_sync(twin)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._run(*args, **kwargs)
 
 
 class AsyncTwins:
@@ -136,6 +148,8 @@ def run(directory: str, mode: str) -> int:
         for name, reason in SKIPPED.items():
             owner, test = name.split(".")
             cls = getattr(module, owner)
+            if not hasattr(cls, test):
+                continue  # a test of another Django release
             setattr(cls, test, unittest.skip(reason)(getattr(cls, test)))
             print(f"skipped {name}: {reason}")
         runner = DiscoverRunner(verbosity=1, interactive=False)
