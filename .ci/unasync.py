@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import configparser
 import re
 import subprocess
 import sys
@@ -228,6 +229,36 @@ def mirror_problems(root: Path) -> list[str]:
     return problems
 
 
+def ruff_version() -> str:
+    """Return the version of the ruff that ``_ruff`` runs (``python -m ruff``), or "none"."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "--version"], capture_output=True, text=True
+    )
+    return done.stdout.split()[-1] if done.returncode == 0 and done.stdout.strip() else "none"
+
+
+def require_pinned_ruff() -> str:
+    """Return the ruff version setup.cfg's dev extra pins; exit if another one is installed.
+
+    The generated modules are ruff's output, and another ruff may sort or wrap them otherwise:
+    ``--check`` would then fail on a contributor's machine, or pass there and fail in CI. The
+    pin (``ruff==X``) is read from setup.cfg, its one place, which tox's lint env repeats.
+    """
+    config = configparser.ConfigParser(interpolation=None)
+    config.read(ROOT / "setup.cfg")
+    lines = [line.strip() for line in config["options.extras_require"]["dev"].splitlines()]
+    pins = [m.group(1) for m in map(re.compile(r"ruff\s*==\s*(\S+)").fullmatch, lines) if m]
+    if len(pins) != 1:
+        raise SystemExit(f"setup.cfg's dev extra must pin ruff once (ruff==X) for {SCRIPT}")
+    wanted, found = pins[0], ruff_version()
+    if found != wanted:
+        raise SystemExit(
+            f"{SCRIPT} needs ruff {wanted} (setup.cfg's dev extra), found {found}: another ruff"
+            f" may format the generated modules otherwise; pip install ruff=={wanted}"
+        )
+    return wanted
+
+
 def _ruff(args: list[str], text: str, target: str, root: Path) -> str:
     # Run in ``root`` so that its pyproject.toml (line length, rules) applies.
     command = [sys.executable, "-m", "ruff", *args, "--stdin-filename", target, "-"]
@@ -264,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         "--root", type=Path, default=ROOT, help="the checkout to work on (default: this one)"
     )
     options = parser.parse_args(argv)
+    require_pinned_ruff()
     problems = mirror_problems(options.root)
     for problem in problems:
         print(problem, file=sys.stderr)

@@ -34,7 +34,8 @@ def lower_bounds(extras: tuple[str, ...] = TESTED_EXTRAS, core: bool = True) -> 
     bounds: dict[str, Version] = {}
     for line in filter(None, (line.strip() for line in lines)):
         requirement = Requirement(line)
-        lows = [Version(s.version) for s in requirement.specifier if s.operator == ">="]
+        # An exact pin (ruff==X, which .ci/unasync.py needs) is its own lower bound.
+        lows = [Version(s.version) for s in requirement.specifier if s.operator in (">=", "==")]
         assert lows, f"setup.cfg: {line!r} has no lower bound"
         bounds[_name(requirement.name)] = max(lows)
     return bounds

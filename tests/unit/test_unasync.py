@@ -9,6 +9,7 @@ say the same as the lists.
 from __future__ import annotations
 
 import ast
+import configparser
 import re
 import shutil
 import subprocess
@@ -45,6 +46,28 @@ def test_generated_modules_say_where_they_come_from_in_their_first_line():
     for pair in load_unasync().PAIRS:
         first = (ROOT / pair.target).read_text().splitlines()[0]
         assert first.startswith(f"# Generated from {pair.source} by .ci/unasync.py"), pair.target
+
+
+def test_the_ruff_installed_is_the_one_setup_cfg_pins_and_tox_lint_installs():
+    script = load_unasync()
+    pinned = script.require_pinned_ruff()
+    assert pinned == script.ruff_version()
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini")
+    assert f"ruff=={pinned}" in tox["testenv:lint"]["deps"].split()
+
+
+def test_another_ruff_is_refused_naming_both_versions_and_the_fix(monkeypatch, tmp_path):
+    script = load_unasync()
+    pinned = script.require_pinned_ruff()
+    monkeypatch.setattr(script, "ruff_version", lambda: "0.0.1")
+    refusal = re.escape(f"needs ruff {pinned} (setup.cfg's dev extra), found 0.0.1") + ".*"
+    refusal += re.escape(f"pip install ruff=={pinned}")
+    with pytest.raises(SystemExit, match=refusal):
+        script.require_pinned_ruff()
+    # Before it reads or writes a module.
+    with pytest.raises(SystemExit, match=refusal):
+        script.main(["--root", str(tmp_path)])
 
 
 @pytest.fixture
