@@ -67,9 +67,10 @@ autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_typehints_format = "short"
 autodoc_default_options = {"show-inheritance": True}
-# The packages of the optional extras (celery, zookeeper, metrics, opentelemetry, debug-toolbar,
-# hiredis): the reference documents the modules that import them (stampede.celery,
+# The packages of the optional extras (celery, zookeeper, metrics, opentelemetry, debug-toolbar):
+# the reference documents the modules that import them (stampede.celery,
 # stampede.contrib.zookeeper, ...), and `pip install -e ".[docs]"` installs none of them.
+# (Not hiredis: no module of ours imports it, and redis-py, which does, takes its absence.)
 # Mocked rather than added to the docs extra: the site builds from that one command without
 # Celery's or kazoo's weight, and the same whether or not a contributor has them (autodoc mocks
 # a listed package even where it is installed). What the pages show is the package's own
@@ -81,7 +82,6 @@ autodoc_mock_imports = [
     "prometheus_client",
     "opentelemetry",
     "debug_toolbar",
-    "hiredis",
 ]
 
 napoleon_google_docstring = True
