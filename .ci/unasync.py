@@ -86,7 +86,7 @@ SUBSTITUTIONS: tuple[tuple[str, str], ...] = (
     (r"adecr", "decr"),
     (r"aclear", "clear"),
     (r"aclose", "close"),
-    (r"_acalls", "_calls"),
+    (r"_abackend", "_backend"),
     (r"_afiller", "_filler"),
     (r"_anear_reads", "_near_reads"),
     (r"_avoid_fills", "_void_fills"),

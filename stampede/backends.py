@@ -11,7 +11,7 @@ write, and the fill's bookkeeping lives beside it (``stampede.core.meta``).
 The methods are written out in ``adapter/_async/cache.py`` (the ``a*`` methods, the source)
 and ``adapter/_sync/cache.py`` (their sync twins, generated); this module holds the class,
 what it is built from, and the few methods whose sides differ: where a call goes
-(``_calls``/``_acalls``), the filler of each side, and the near cache's reads.
+(``_backend``/``_abackend``), the filler of each side, and the near cache's reads.
 """
 
 from __future__ import annotations
@@ -158,24 +158,24 @@ class StampedeCache(CacheMethods, AsyncCacheMethods, BaseCache):
 
     # -- where a call goes, on each side ------------------------------------------------------
 
-    def _calls(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _backend(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Return what answers the call ``name``: the wrapped cache."""
         return self._wrapped
 
-    def _acalls(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Return what answers the asyncio call ``name``: the loop's native calls of the
-        wrapped cache where they serve it (``stampede.adapter.redis_calls``: no thread hop),
+    def _abackend(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Return what answers the asyncio call ``name``: the loop's native commands of the
+        wrapped cache where they serve it (``stampede.adapter.redis_commands``: no thread hop),
         else the wrapped cache, whose own ``a*`` method answers."""
-        native = None if args or "_own_keys_named" in self.__dict__ else self._native_calls()
+        native = None if args or "_own_keys_named" in self.__dict__ else self._native_commands()
         if native is not None and native.serves(name, kwargs):
             return native
         return self._wrapped
 
-    def _native_calls(self) -> Any:
-        """Return the running loop's asyncio calls of the wrapped cache, or None where its own
+    def _native_commands(self) -> Any:
+        """Return the running loop's native commands of the wrapped cache, or None where its own
         ``a*`` calls answer (a backing other than Django's ``RedisCache`` or django-redis's
         with one server, a Sentinel-managed pool). Kept per loop, weakly, as the fillers are."""
-        return stores.native_calls(self._settings, self.store)
+        return stores.native_commands(self._settings, self.store)
 
     def _filler(self) -> Filler:
         return self.filler
@@ -212,7 +212,7 @@ class StampedeCache(CacheMethods, AsyncCacheMethods, BaseCache):
 
     def _own_keys(self) -> None:
         """Name keys with this object's wrapped cache from now on: one of its key settings was
-        assigned. Its asyncio calls are then the wrapped cache's own (``_acalls``)."""
+        assigned. Its asyncio calls are then the wrapped cache's own (``_abackend``)."""
         self.__dict__["_namer"] = stores.KeyNamer(self._wrapped)
         self.__dict__["_own_keys_named"] = True
 

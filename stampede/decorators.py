@@ -25,7 +25,7 @@ from django.http import Http404
 from .adapter._async.pages import aserve
 from .adapter._sync.pages import serve
 from .adapter.page_decision import PagePolicy, alias_argument, stampede_cache
-from .bloom import BloomGuard
+from .bloom import BloomCheck
 from .core import options as conf
 from .exceptions import NotFound
 
@@ -83,9 +83,9 @@ def single_flight(
                 async def render(request: Any) -> Any:
                     return await view(request, *args, **kwargs)
 
-                guard = _page_guard(bloom, item_of, request, args, kwargs, tags_of)
+                fill_arguments = _page_bloom(bloom, item_of, request, args, kwargs, tags_of)
                 try:
-                    return await aserve(request, render, policy, **guard)
+                    return await aserve(request, render, policy, **fill_arguments)
                 except NotFound as exc:
                     raise Http404(str(exc)) from None
 
@@ -93,10 +93,13 @@ def single_flight(
 
         @functools.wraps(view)
         def wrapped(request: Any, *args: Any, **kwargs: Any) -> Any:
-            guard = _page_guard(bloom, item_of, request, args, kwargs, tags_of)
+            fill_arguments = _page_bloom(bloom, item_of, request, args, kwargs, tags_of)
             try:
                 return serve(
-                    request, lambda request: view(request, *args, **kwargs), policy, **guard
+                    request,
+                    lambda request: view(request, *args, **kwargs),
+                    policy,
+                    **fill_arguments,
                 )
             except NotFound as exc:
                 raise Http404(str(exc)) from None
@@ -112,7 +115,7 @@ def _check_bloom(bloom: Any, bloom_item: Any, decorator: str) -> None:
         if bloom_item is not None:
             raise TypeError(f"{decorator}: bloom_item= needs bloom= (the BloomFilter to check)")
         return
-    BloomGuard(bloom, "probe")  # raises TypeError naming a bloom that is not a BloomFilter
+    BloomCheck(bloom, "probe")  # raises TypeError naming a bloom that is not a BloomFilter
     if bloom_item is not None and not isinstance(bloom_item, str) and not callable(bloom_item):
         raise TypeError(
             f"{decorator}: bloom_item must be a format string, a callable or None; "
@@ -130,7 +133,7 @@ def _page_item(bloom: Any, bloom_item: Any) -> Callable[..., Any]:
     return lambda request, args, kwargs: bloom_item(request, *args, **kwargs)
 
 
-def _page_guard(
+def _page_bloom(
     bloom: Any,
     item_of: Callable[..., Any],
     request: Any,
@@ -202,8 +205,10 @@ def cached(
 
     ``key`` (optional): a format string over the argument names (``"report:{account_id}"``),
     or a callable taking the function's arguments. The decorated function gains
-    ``.invalidate(*args, **kwargs)``, which deletes the entry for those arguments (voiding a
-    load in progress), and ``.cache_key(*args, **kwargs)``.
+    ``.invalidate(*args, soft=True, **kwargs)``, which invalidates the entry for those
+    arguments as ``cache.invalidate`` does (soft, the default: stale, refreshed by its next
+    caller while the others are served it; ``soft=False``: deleted, voiding a load in
+    progress), and ``.cache_key(*args, **kwargs)``.
 
     ``bloom`` (a ``stampede.BloomFilter``): on a miss, the function runs only if the item
     was ever added, else ``stampede.NotFound`` is raised. The item is the entry's key, or
@@ -212,8 +217,7 @@ def cached(
 
     ``tags``: the entry is filed under them (``cache.invalidate_tags``); each a format string
     over the argument names (``"account:{account_id}"``) or a callable taking the function's
-    arguments and returning a tag or a list of tags. ``.invalidate(..., soft=True)`` of the
-    decorated function marks one entry stale instead of deleting it.
+    arguments and returning a tag or a list of tags.
     """
     _refuse_bare_use("cached", timeout)
     if timeout is not None:
@@ -249,7 +253,7 @@ def cached(
                 return key.format(**bound.arguments)
             return f"stampede.cached:{name}:{_arguments_part(bound.arguments)}"
 
-        def guard(entry_key: str, args: Any, kwargs: Any) -> dict[str, Any]:
+        def bloom_of(entry_key: str, args: Any, kwargs: Any) -> dict[str, Any]:
             if bloom is None:
                 return {}
             if bloom_item is None:
@@ -272,7 +276,7 @@ def cached(
                     functools.partial(func, *args, **kwargs),
                     timeout=timeout,
                     grace=grace,
-                    **guard(entry_key, args, kwargs),
+                    **bloom_of(entry_key, args, kwargs),
                     **tagging(args, kwargs),
                 )
 
@@ -287,15 +291,16 @@ def cached(
                     lambda: func(*args, **kwargs),
                     timeout=timeout,
                     grace=grace,
-                    **guard(entry_key, args, kwargs),
+                    **bloom_of(entry_key, args, kwargs),
                     **tagging(args, kwargs),
                 )
 
             wrapped = sync_wrapped
 
-        def invalidate(*args: Any, soft: bool = False, **kwargs: Any) -> bool:
-            """Delete the entry of these arguments (voiding a load in progress); ``soft``:
-            mark it stale instead (refreshed by its next caller, served to the others)."""
+        def invalidate(*args: Any, soft: bool = True, **kwargs: Any) -> bool:
+            """Invalidate the entry of these arguments as ``cache.invalidate`` does: ``soft``
+            (the default), stale (refreshed by its next caller, served to the others); else
+            deleted (voiding a load in progress). Return True, or the delete's answer."""
             target = stampede_cache(cache, "@cached")
             if soft:
                 target.invalidate(cache_key(*args, **kwargs))

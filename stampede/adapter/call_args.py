@@ -18,7 +18,7 @@ from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 from redis.exceptions import RedisError
 
-from ..bloom import AnsweredGuard, BloomFilter, BloomGuard
+from ..bloom import AnsweredCheck, BloomCheck, BloomFilter
 from ..core import options as conf
 from ..exceptions import NotFound
 
@@ -66,15 +66,15 @@ def as_django_runs_it(loader: Callable[[], Any]) -> Callable[[], Any]:
     return load
 
 
-def guard(bloom: Any, key: Any, item: Any) -> Any:
-    """Return the ``bloom=`` guard of one call (checked now, naming what is wrong), or None."""
-    if isinstance(bloom, AnsweredGuard):
+def bloom_check(bloom: Any, key: Any, item: Any) -> Any:
+    """Return the ``bloom=`` check of one call (checked now, naming what is wrong), or None."""
+    if isinstance(bloom, AnsweredCheck):
         return bloom
     if bloom is None:
         if item is not None:
             raise TypeError("bloom_item= needs bloom= (the BloomFilter to check it in)")
         return None
-    return BloomGuard(bloom, key if item is None else item)
+    return BloomCheck(bloom, key if item is None else item)
 
 
 async def answered(bloom: Any, key: Any, item: Any) -> dict[str, Any]:
@@ -83,14 +83,14 @@ async def answered(bloom: Any, key: Any, item: Any) -> dict[str, Any]:
     An asyncio filter belongs to this loop: it is asked here, and the thread is handed its
     answer, not the filter.
     """
-    checked = guard(bloom, key, item)
+    checked = bloom_check(bloom, key, item)
     if checked is None or isinstance(bloom, BloomFilter):
         return {"bloom": bloom, "bloom_item": item}
     try:
         admitted = await checked.aadmits()
     except RedisError:
-        admitted = True  # as the fill's own guard does: the miss goes on
-    return {"bloom": AnsweredGuard(checked.item, admitted), "bloom_item": None}
+        admitted = True  # as the fill's own check does: the miss goes on
+    return {"bloom": AnsweredCheck(checked.item, admitted), "bloom_item": None}
 
 
 def or_default(refused: NotFound, checked: Any, default: Any) -> Any:

@@ -86,7 +86,7 @@ def store_for(backend: Any, lock_url: str | None) -> RedisStore | BackendStore:
 
 def reads_one_server(backend: Any) -> bool:
     """Return True if ``backend`` is Django's own ``RedisCache`` with one server: its calls
-    are then ``stampede.redis_calls``' (with several, Django reads from a random replica)."""
+    are then ``stampede.redis_commands``' (with several, Django reads from a random replica)."""
     try:
         from django.core.cache.backends.redis import RedisCache
     except ImportError:  # pragma: no cover - Django < 4.0
@@ -107,7 +107,7 @@ def write_client(backend: Any, key: Any) -> Any:
 
 @dataclass(frozen=True)
 class DjangoRedisParts:
-    """What the asyncio calls of a django-redis cache (``redis_calls.DjangoRedisClientCalls``)
+    """What the asyncio calls of a django-redis cache (``redis_commands.DjangoRedisCommands``)
     take from it: its ``DefaultClient``'s own key making and value codec, its
     ``IGNORE_EXCEPTIONS``, and the answers that depend on the installed versions."""
 

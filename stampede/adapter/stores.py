@@ -50,8 +50,8 @@ from .django_internals import (
     reads_one_server,
     store_for,
 )
-from .django_redis_calls import DjangoRedisClientCalls
-from .redis_calls import BuiltinRedisCalls
+from .django_redis_commands import DjangoRedisCommands
+from .redis_commands import BuiltinRedisCommands
 
 #: A cache's store: records and fill locks.
 Store = RedisStore | BackendStore
@@ -355,16 +355,16 @@ def _near_reads_on_loop(store: Store, near: NearReads) -> NearReadsOnLoop | None
     return NearReadsOnLoop(near, twin) if isinstance(twin, AsyncRedisStore) else None
 
 
-def native_calls(settings: CacheSettings, store: Store) -> Any:
-    """Return the running loop's asyncio calls of the wrapped cache (``stampede.redis_calls``),
+def native_commands(settings: CacheSettings, store: Store) -> Any:
+    """Return the running loop's asyncio calls of the wrapped cache (``stampede.redis_commands``),
     or None where its ``a*`` calls stay its own: a backing other than Django's ``RedisCache``
     or django-redis's (``DefaultClient``) with one server, or a pool with no asyncio twin
     (Sentinel-managed). One per loop and settings."""
-    calls = loop_state().native_calls
-    return _kept(calls, id(settings), settings, lambda: _native_calls(settings, store))
+    calls = loop_state().native_commands
+    return _kept(calls, id(settings), settings, lambda: _native_commands(settings, store))
 
 
-def _native_calls(settings: CacheSettings, store: Store) -> Any:
+def _native_commands(settings: CacheSettings, store: Store) -> Any:
     wrapped, key = key_backend(settings), key_namer(settings)
     if isinstance(store, BackendStore):
         return None
@@ -376,8 +376,8 @@ def _native_calls(settings: CacheSettings, store: Store) -> Any:
         return None
     reads = batch.reads_of(client)
     if parts is not None:
-        return DjangoRedisClientCalls(client, reads, wrapped, parts)
-    return BuiltinRedisCalls(client, reads, key, wrapped, store.dumps, store.loads)
+        return DjangoRedisCommands(client, reads, wrapped, parts)
+    return BuiltinRedisCommands(client, reads, key, wrapped, store.dumps, store.loads)
 
 
 def mutex(store: Store, full_key: Any, ttl: float, **kwargs: Any) -> Any:

@@ -18,7 +18,7 @@ Rule: a copy dies with its key. Redis reports an expiry only when it deletes the
 for an idle key (and a near-cached key is idle in Redis) may be long after its time: so each
 copy carries its key's own deadline, read with it (``PTTL``), as well as ``TTL``.
 
-Rule: a read that raced an invalidation does not store what it read. A reader takes a stamp
+Rule: a read that raced an invalidation does not store what it read. A reader takes a mark
 before its ``GET`` and stores the reply only if no invalidation of that key (and no flush)
 happened since; otherwise this timeline would keep a stale copy until ``TTL``::
 
@@ -43,11 +43,11 @@ from . import options as conf
 from . import process
 
 #: How many recent invalidations a near cache remembers for racing readers (see ``admit``).
-#: A reader whose stamp is older than the oldest one remembered simply does not store.
+#: A reader whose mark is older than the oldest one remembered simply does not store.
 TOMBSTONES = 4096
 
 
-class Stamp(NamedTuple):
+class ReadMark(NamedTuple):
     """What a reader notes before it reads Redis: the invalidation count, and the time."""
 
     epoch: int
@@ -124,7 +124,7 @@ class NearCache:
         self._ttl = ttl
         self._entries: LRUCache[Any, _Copy] = LRUCache(maxsize)
         self._lock = threading.Lock()
-        #: Counts invalidations and flushes; a reader's stamp is its value before the read.
+        #: Counts invalidations and flushes; a reader's mark is its value before the read.
         self._epoch = 0
         self._tombstones: OrderedDict[Any, int] = OrderedDict()  # key -> epoch it was dropped
         self._forgotten = 0  # the newest epoch whose tombstones are no longer kept
@@ -163,20 +163,20 @@ class NearCache:
                 return None
             return copy.raw
 
-    def stamp(self) -> Stamp | None:
-        """Return the stamp a reader takes before reading Redis; None: do not store."""
-        return Stamp(self._epoch, self._timer()) if self._armed else None
+    def mark(self) -> ReadMark | None:
+        """Return the mark a reader takes before reading Redis; None: do not store."""
+        return ReadMark(self._epoch, self._timer()) if self._armed else None
 
-    def admit(self, key: Any, raw: Any, stamp: Stamp | None, ttl: float | None) -> None:
+    def admit(self, key: Any, raw: Any, mark: ReadMark | None, ttl: float | None) -> None:
         """Keep ``raw`` as the copy of ``key`` unless it may be stale (see the module rules).
 
         ``ttl``: the seconds the key had left when read (Redis's ``PTTL``), None if it has no
-        expiry; counted from the stamp, taken before the read, so never too late.
+        expiry; counted from the mark, taken before the read, so never too late.
         """
-        if stamp is None:
+        if mark is None:
             return
-        epoch = stamp.epoch
-        deadline = stamp.at + (self._ttl if ttl is None else min(ttl, self._ttl))
+        epoch = mark.epoch
+        deadline = mark.at + (self._ttl if ttl is None else min(ttl, self._ttl))
         with self._lock:
             if not self._armed or epoch < self._forgotten:
                 return
@@ -184,7 +184,7 @@ class NearCache:
                 return
             self._entries[key] = _Copy(raw, deadline)
 
-    def invalidate(self, keys: Iterable[Any]) -> None:
+    def forget(self, keys: Iterable[Any]) -> None:
         """Drop the copies of ``keys``: written, deleted or expired in Redis, or by us."""
         with self._lock:
             self._epoch += 1

@@ -131,7 +131,7 @@ class Outage:
             return error
         return self.unavailable(error, key, type(step).__name__)
 
-    def guard_unavailable(self, error: Exception, key: CacheKey) -> bool:
+    def check_unavailable(self, error: Exception, key: CacheKey) -> bool:
         """Report that ``bloom=`` could not be asked; return True: the miss goes on to the loader
         (under ``on_redis_error``), as if the item had been added."""
         self.unavailable(error, key, "the Bloom filter check")

@@ -57,12 +57,12 @@ class FillLock(Protocol):
         ...
 
 
-class MissGuard(Protocol):
+class MissCheck(Protocol):
     """``bloom=``: consulted on a miss, before any lock; False answers for the loader.
 
     ``admits()`` returns False only for an item that was certainly never added (a Bloom filter
     has no false negatives). ``item`` is what it checks, for the ``NotFound`` it causes.
-    ``stampede.bloom.BloomGuard`` is the one shipped. Not ``stampede.Guard``, the public lock
+    ``stampede.bloom.BloomCheck`` is the one shipped. Not ``stampede.Guard``, the public lock
     of any code (``lock/guard.py``).
     """
 
@@ -85,7 +85,7 @@ class Store(Protocol):
         """Return a fresh, unheld lock of ``key`` for one flight (renewed every ttl/3 if held)."""
         ...
 
-    def invalidate(self, keys: Sequence[CacheKey]) -> None:
+    def void(self, keys: Sequence[CacheKey]) -> None:
         """Void the fills of ``keys`` in progress and send their waiters back to reload."""
         ...
 
@@ -123,7 +123,7 @@ class AsyncStore(Protocol):
 
     def lock(self, key: CacheKey, ttl: float) -> AsyncFillLock: ...
 
-    async def invalidate(self, keys: Sequence[CacheKey]) -> None: ...
+    async def void(self, keys: Sequence[CacheKey]) -> None: ...
 
     async def invalidate_tags(self, stamps: Sequence[Name], hard: bool) -> None: ...
 

@@ -26,7 +26,7 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
-from ..core import meta, store_calls
+from ..core import meta, store_commands
 from ..core.flight import LockAttempt
 from ..core.keys import CacheKey, done_channel, epoch_key, meta_key, written_key
 from ..core.missing import MISSING
@@ -80,7 +80,7 @@ class FencedStore(RedisStore):
     def lock(self, key: CacheKey, ttl: float) -> FencedFillLock:  # type: ignore[override]
         return FencedFillLock(self, key, ttl)
 
-    def invalidate(self, keys: Sequence[CacheKey]) -> None:
+    def void(self, keys: Sequence[CacheKey]) -> None:
         calls = [
             (
                 (epoch_key(key.full), meta_key(key.full)),
@@ -93,7 +93,7 @@ class FencedStore(RedisStore):
     def invalidate_softly(self, keys: Sequence[CacheKey], window: float = 0.0) -> None:
         """Mark the values of ``keys`` stale; a fenced load in progress is voided by moving
         its key's epoch on, as ``invalidate`` does (there is no lock here to delete)."""
-        calls = [store_calls.soft_invalidate(key, FENCE_KEEP) for key in keys]
+        calls = [store_commands.soft_invalidate(key, FENCE_KEEP) for key in keys]
         scripts.run_many(self.client, scripts.SOFT_INVALIDATE, calls)
 
 

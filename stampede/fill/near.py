@@ -4,7 +4,7 @@ Written once, for both sides: the near cache is the process's, in memory and thr
 event loop uses the very object the threads use (``_async/near.py`` reads Redis on its misses
 through the loop's store); its own reads are the threads' (``NearReads.read``).
 
-Rule: only what Redis returned is kept, as its bytes, and only by a read that took its stamp
+Rule: only what Redis returned is kept, as its bytes, and only by a read that took its mark
 first (see ``NearCache.admit``). Absent keys are not kept: a flood of unknown keys must not
 push the hot ones out.
 
@@ -23,7 +23,7 @@ from ..core.clock import Clock
 from ..core.envelope import Envelope
 from ..core.keys import CacheKey
 from ..core.missing import MISSING
-from ..core.near import NearCache, Stamp
+from ..core.near import NearCache, ReadMark
 from ..core.options import FillOptions
 from ..core.port import NearStore
 from ..core.private import unwrap_private
@@ -79,14 +79,14 @@ class NearReads:
         return tags.judged(record, known)
 
     def keep_stamps(
-        self, stamps: Sequence[Any], replies: Sequence[tuple[Any, int]], taken: Stamp | None
+        self, stamps: Sequence[Any], replies: Sequence[tuple[Any, int]], mark: ReadMark | None
     ) -> dict[Any, Any]:
         """Keep the tag stamps Redis returned (``read_many_near`` replies); return them, by key."""
         read = {}
         for full, (copy, pttl) in zip(stamps, replies, strict=True):
             read[full] = None if copy is None else copy[0]
             if copy is not None and pttl != -2:
-                self.near.admit(copy_name(full), copy, taken, None if pttl < 0 else pttl / 1000)
+                self.near.admit(copy_name(full), copy, mark, None if pttl < 0 else pttl / 1000)
         return read
 
     def fresh(self, full: Any, options: FillOptions, clock: Clock) -> Any:
@@ -101,23 +101,23 @@ class NearReads:
         value = fresh_value(copy, options, clock)
         return MISSING if value is MISSING else unwrap_private(value)
 
-    def begin(self) -> Stamp | None:
-        """Return the stamp to take before reading Redis (None: keep nothing; see the rule)."""
-        stamp = self.near.stamp()
-        if stamp is None:
+    def begin(self) -> ReadMark | None:
+        """Return the mark to take before reading Redis (None: keep nothing; see the rule)."""
+        mark = self.near.mark()
+        if mark is None:
             # Not armed: a new process (or a forked child) not tracking yet, or a lost
             # connection. Idempotent and cheap; the tracker arms the cache once Redis confirms.
             tracker_for(self.store.client).track(self.prefix, self.near)
-        return stamp
+        return mark
 
-    def keep(self, full: Any, reply: tuple[Any, int], stamp: Stamp | None) -> Any:
+    def keep(self, full: Any, reply: tuple[Any, int], mark: ReadMark | None) -> Any:
         """Keep what Redis returned for ``full`` (its value and meta bytes, and its ``PTTL``)
         if it may be kept; return it loaded."""
         copy, pttl = reply
         if copy is None:
             return MISSING
         if pttl != -2:  # -2: gone between the GET and the PTTL
-            self.near.admit(full, copy, stamp, None if pttl < 0 else pttl / 1000)
+            self.near.admit(full, copy, mark, None if pttl < 0 else pttl / 1000)
         return self.decode(copy)
 
     def read(self, key: CacheKey) -> Any:
@@ -125,28 +125,28 @@ class NearReads:
         record = self.hit(key.full)
         if record is not MISSING:
             return record
-        stamp = self.begin()
-        record = self.keep(key.full, self.store.read_near(key.full), stamp)
-        return self.read_stamps(record, stamp)
+        mark = self.begin()
+        record = self.keep(key.full, self.store.read_near(key.full), mark)
+        return self.read_stamps(record, mark)
 
-    def read_stamps(self, record: Any, taken: Stamp | None) -> Any:
+    def read_stamps(self, record: Any, mark: ReadMark | None) -> Any:
         """Return ``record`` judged by its tags' stamps, those not kept here read (and kept)."""
         unkept = self.unkept_stamps(record)
         if not unkept and (type(record) is not Envelope or not record.tags):
             return record
-        read = self.keep_stamps(unkept, self.store.read_many_near(unkept), taken) if unkept else {}
+        read = self.keep_stamps(unkept, self.store.read_many_near(unkept), mark) if unkept else {}
         return self.judged(record, read)
 
     def read_many(self, fulls: Sequence[Any]) -> dict[Any, Any]:
         """Return ``{full key: record}`` of those of ``fulls`` that exist: one ``MGET`` at most."""
         found, missing = self.split(fulls)
         if missing:
-            stamp = self.begin()
-            tagged = self.keep_many(found, missing, self.store.read_many_near(missing), stamp)
+            mark = self.begin()
+            tagged = self.keep_many(found, missing, self.store.read_many_near(missing), mark)
             if tagged:
                 unkept = self.unkept_stamps_of(found, tagged)
                 replies = self.store.read_many_near(unkept) if unkept else []
-                self.judge_many(found, tagged, self.keep_stamps(unkept, replies, stamp))
+                self.judge_many(found, tagged, self.keep_stamps(unkept, replies, mark))
         return found
 
     def split(self, fulls: Sequence[Any]) -> tuple[dict[Any, Any], list[Any]]:
@@ -162,13 +162,13 @@ class NearReads:
         return found, missing
 
     def keep_many(
-        self, found: dict[Any, Any], fulls: list[Any], replies: Sequence[Any], stamp: Stamp | None
+        self, found: dict[Any, Any], fulls: list[Any], replies: Sequence[Any], mark: ReadMark | None
     ) -> list[Any]:
         """Keep what Redis returned for ``fulls`` into ``found``; return the keys whose
         records are tagged, to be judged by their stamps (:meth:`judge_many`)."""
         tagged = []
         for full, reply in zip(fulls, replies, strict=True):
-            record = self.keep(full, reply, stamp)
+            record = self.keep(full, reply, mark)
             if record is not MISSING:
                 found[full] = record
                 if type(record) is Envelope and record.tags:
@@ -191,9 +191,7 @@ class NearReads:
 
     def forget(self, fulls: Sequence[Any]) -> None:
         """Drop the copies of ``fulls`` at once: this process wrote or deleted them."""
-        self.near.invalidate(
-            [*fulls, *(copy_name(full) for full in fulls if isinstance(full, bytes))]
-        )
+        self.near.forget([*fulls, *(copy_name(full) for full in fulls if isinstance(full, bytes))])
 
     def flush(self) -> None:
         self.near.flush()

@@ -286,8 +286,8 @@ return 1
     publishes=True,
 )
 
-INVALIDATE = Script(
-    "invalidate",
+VOID = Script(
+    "void",
     """
 -- KEYS[1] lock key, KEYS[2] meta key
 -- ARGV[1] wake-up channel, ARGV[2] wake-up message, ARGV[3] (S)PUBLISH
@@ -536,7 +536,7 @@ ALL = (
     FENCE_RAISE,
     ACQUIRE_READ,
     COMMIT,
-    INVALIDATE,
+    VOID,
     STAMP_TAGS,
     SOFT_INVALIDATE,
     COMPARE_DELETE,

@@ -224,7 +224,7 @@ class Tracker:
             names = [key.decode("utf-8", "replace") for key in keys if key.startswith(prefix)]
             if names:
                 for near in nears:
-                    near.invalidate(names)
+                    near.forget(names)
 
     def _pause(self, seconds: float) -> None:
         """Wait ``seconds`` before the next connect, unless closed first."""

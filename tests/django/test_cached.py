@@ -48,9 +48,20 @@ def test_invalidate_drops_the_entry_for_those_arguments_only(cache):
 
     first = load(1)
     load(2)
-    assert load.invalidate(1) is True
+    assert load.invalidate(1, soft=False) is True
     assert load(1) != first
     assert calls == [1, 2, 1]
+
+
+def test_invalidate_is_soft_by_default_as_the_caches_own(cache, redis):
+    @cached(timeout=60, key="soft:{account_id}")
+    def load(account_id):
+        return "report"
+
+    load(1)
+    assert load.invalidate(1) is True
+
+    assert redis.exists(cache.make_key(load.cache_key(1))) == 1  # kept, marked stale
 
 
 def test_methods_with_a_key_format_share_across_instances(cache):

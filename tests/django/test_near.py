@@ -400,7 +400,7 @@ def test_a_prefix_tracked_during_the_handshake_is_armed(redis, redis_url):
         # The first connection, made for "a:" alone, was replaced by one for both.
         assert opens[:2] == [(b"a:",), (b"a:", b"b:")]
         redis.set("b:key", "x")
-        second.admit("b:key", b"x", second.stamp(), None)
+        second.admit("b:key", b"x", second.mark(), None)
         redis.set("b:key", "y")
         wait_until(lambda: second.lookup("b:key") is None, "the second prefix's report")
     finally:

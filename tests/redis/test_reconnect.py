@@ -157,7 +157,7 @@ def test_tracker_backs_off_from_a_server_that_drops_every_confirmed_subscription
         attempts, lines = measure(proxy, caplog, "stampede.io.tracking")
         proxy.close_after = None
         wait_until(lambda: near.armed, "the near cache armed again", RECOVERY)
-        near.admit("flapping:k", b"old", near.stamp(), None)
+        near.admit("flapping:k", b"old", near.mark(), None)
         assert near.lookup("flapping:k") is not None
         redis.set("flapping:k", "new")  # reported over the tracking connection, once it is back
         wait_until(lambda: near.lookup("flapping:k") is None, "the write reported", RECOVERY)

@@ -70,7 +70,7 @@ def close_without_commit(redis: Any) -> None:
 def delete_during_the_fill(redis: Any) -> None:
     store = RedisStore(redis)
     lock = held(store)
-    store.invalidate([KEY])
+    store.void([KEY])
     lock.close()  # its lock is gone: RELEASE announces a lock nobody holds
 
 
@@ -94,7 +94,7 @@ def fenced_commit(redis: Any) -> None:
 
 
 def fenced_delete(redis: Any) -> None:
-    FencedStore(redis, lambda name, ttl, **options: Mutex(redis, name, ttl)).invalidate([KEY])
+    FencedStore(redis, lambda name, ttl, **options: Mutex(redis, name, ttl)).void([KEY])
 
 
 def mutex_release(redis: Any) -> None:
@@ -179,7 +179,7 @@ def test_each_publishing_script_is_read_back_as_its_kind(redis, publish, expecte
 
 
 def test_every_publishing_script_and_every_kind_is_checked_above():
-    run = {"commit", "release", "invalidate", "fenced_commit", "fenced_void", "soft_invalidate"}
+    run = {"commit", "release", "void", "fenced_commit", "fenced_void", "soft_invalidate"}
     assert {script.name for script in scripts.ALL if script.publishes} == run
     kinds = {kind for _, expected in PUBLISHED.values() for kind, _ in expected}
     assert kinds == {kind.decode().rstrip(":") for kind in wakeup.KINDS}

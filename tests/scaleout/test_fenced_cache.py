@@ -57,7 +57,7 @@ def test_a_delete_during_a_load_voids_its_write(redis, quorum):
     key = CacheKey.of("deleted")
     holder = store.lock(key, 5)
     assert holder.attempt().won
-    store.invalidate([key])
+    store.void([key])
     assert not holder.commit(FILLED, "stale", 60)
     holder.close()
     assert redis.get("deleted") is None

@@ -35,7 +35,7 @@ FORBIDDEN = {
     "stampede.core.verdict": ("redis", "django", "celery"),
     "stampede.core.outage": ("redis", "django", "celery"),
     "stampede.core.reentry": ("redis", "django", "celery"),
-    "stampede.core.store_calls": ("redis", "django", "celery"),
+    "stampede.core.store_commands": ("redis", "django", "celery"),
     "stampede.core.backend_layout": ("redis", "django", "celery"),
     "stampede.core.options": ("redis", "django", "celery"),
     "stampede.core.keys": ("redis", "django", "celery"),

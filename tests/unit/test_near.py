@@ -25,55 +25,55 @@ def near():
 
 
 def test_a_read_with_no_invalidation_since_its_stamp_is_kept(near):
-    stamp = near.stamp()
+    stamp = near.mark()
     near.admit("k", b"v", stamp, None)
     assert near.lookup("k") == b"v"
 
 
 def test_a_read_that_raced_an_invalidation_of_its_key_is_not_kept(near):
-    stamp = near.stamp()
-    near.invalidate(["k"])  # the report of a write that may be newer than what was read
+    stamp = near.mark()
+    near.forget(["k"])  # the report of a write that may be newer than what was read
     near.admit("k", b"old", stamp, None)
     assert near.lookup("k") is None
 
 
 def test_an_invalidation_of_another_key_does_not_stop_a_read(near):
-    stamp = near.stamp()
-    near.invalidate(["other"])
+    stamp = near.mark()
+    near.forget(["other"])
     near.admit("k", b"v", stamp, None)
     assert near.lookup("k") == b"v"
 
 
 def test_an_invalidation_before_the_stamp_does_not_stop_a_read(near):
-    near.invalidate(["k"])
-    stamp = near.stamp()
-    near.invalidate(["other"])
+    near.forget(["k"])
+    stamp = near.mark()
+    near.forget(["other"])
     near.admit("k", b"v", stamp, None)
     assert near.lookup("k") == b"v"
 
 
 def test_a_read_older_than_the_tombstones_kept_is_not_kept(near):
-    stamp = near.stamp()
-    near.invalidate([f"key{i}" for i in range(near_module.TOMBSTONES + 1)])
+    stamp = near.mark()
+    near.forget([f"key{i}" for i in range(near_module.TOMBSTONES + 1)])
     near.admit("k", b"v", stamp, None)  # "k" may have been among those forgotten
     assert near.lookup("k") is None
 
 
 def test_a_flush_stops_every_read_begun_before_it(near):
-    stamp = near.stamp()
+    stamp = near.mark()
     near.flush()
     near.admit("k", b"v", stamp, None)
     assert near.lookup("k") is None
-    near.admit("k", b"v", near.stamp(), None)
+    near.admit("k", b"v", near.mark(), None)
     assert near.lookup("k") == b"v"
 
 
 def test_nothing_is_kept_while_disarmed(near):
-    near.admit("k", b"v", near.stamp(), None)
+    near.admit("k", b"v", near.mark(), None)
     near.disarm()
     assert near.lookup("k") is None
-    assert near.stamp() is None
-    near.admit("k", b"v", near_module.Stamp(10**9, 0.0), None)
+    assert near.mark() is None
+    near.admit("k", b"v", near_module.ReadMark(10**9, 0.0), None)
     assert near.lookup("k") is None
     near.arm()
     assert near.lookup("k") is None  # arming flushes what was kept before
@@ -84,7 +84,7 @@ def test_copies_live_at_most_ttl_and_maxsize():
     near = NearCache(3, 1.0, timer=clock)
     near.arm()
     for key in "abcd":
-        near.admit(key, key.encode(), near.stamp(), None)
+        near.admit(key, key.encode(), near.mark(), None)
     assert len(near) == 3 and near.lookup("a") is None
     clock.now = 1.01
     assert near.lookup("d") is None
@@ -94,8 +94,8 @@ def test_a_copy_dies_with_its_key():
     clock = Clock()
     near = NearCache(10, 60.0, timer=clock)
     near.arm()
-    near.admit("short", b"s", near.stamp(), 0.5)  # the key had 0.5 s left when read
-    near.admit("forever", b"f", near.stamp(), None)
+    near.admit("short", b"s", near.mark(), 0.5)  # the key had 0.5 s left when read
+    near.admit("forever", b"f", near.mark(), None)
     clock.now = 0.49
     assert near.lookup("short") == b"s"
     clock.now = 0.5

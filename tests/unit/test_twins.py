@@ -71,6 +71,7 @@ def test_methods_that_wait_are_coroutines_in_the_twin(sync, twin):
         "peek",
         "commit",
         "invalidate",
+        "void",
         "get_or_load",
         "perform",
     ):

@@ -1,4 +1,4 @@
-"""``StampedeCache``'s calls of Django's cache API, and the fill's, on one side.
+"""``StampedeCache``'s methods of Django's cache API, and the fill's, on one side.
 
 Written once, for asyncio (the ``a*`` methods), and generated for threads by
 ``.ci/unasync.py`` (the same text without the ``a`` and the ``await``). Each method is written
@@ -15,8 +15,8 @@ step of ours:
 - reads unwrap entries in the previous format (``answers``).
 
 What differs between the sides is reached through a few methods of ``StampedeCache``
-(``backends.py``), one name per side: ``_acalls`` (the wrapped cache's own calls, or on
-asyncio the loop's native calls of it: ``redis_calls``), ``_afiller`` (the filler), and
+(``backends.py``), one name per side: ``_abackend`` (what answers a call: the wrapped cache,
+or on asyncio the loop's native commands of it, ``redis_commands``), ``_afiller`` (the filler), and
 ``_anear_reads`` (the near cache's reads).
 
 Rule: every argument passes through as given; the wrapper reads only the ones ``BaseCache``
@@ -47,7 +47,7 @@ class AsyncCacheMethods:
 
         @property
         def _wrapped(self) -> Any: ...
-        def _acalls(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+        def _abackend(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
         def _afiller(self) -> Any: ...
         def _anear_reads(self) -> Any: ...
         def _key(self, key: Any, version: Any) -> Any: ...
@@ -76,8 +76,8 @@ class AsyncCacheMethods:
                 return answers.unwrap(await reads.read(self._key(key, version)), default)
             except RedisError:
                 pass  # the wrapped cache's own way with a Redis error (raise, or ignore)
-        calls = self._acalls("get", args, kwargs)
-        return answers.older(await calls.aget(key, default, version, *args, **kwargs), default)
+        backend = self._abackend("get", args, kwargs)
+        return answers.older(await backend.aget(key, default, version, *args, **kwargs), default)
 
     async def aget_many(
         self, keys: Any, version: Any = None, *args: Any, **kwargs: Any
@@ -90,12 +90,12 @@ class AsyncCacheMethods:
                 return answers.by_key(named, await reads.read_many(list(named)))
             except RedisError:
                 pass
-        calls = self._acalls("get_many", args, kwargs)
-        return answers.older_many(await calls.aget_many(keys, version, *args, **kwargs))
+        backend = self._abackend("get_many", args, kwargs)
+        return answers.older_many(await backend.aget_many(keys, version, *args, **kwargs))
 
     async def ahas_key(self, key: Any, version: Any = None, *args: Any, **kwargs: Any) -> bool:
-        calls = self._acalls("has_key", args, kwargs)
-        return bool(await calls.ahas_key(key, version, *args, **kwargs))
+        backend = self._abackend("has_key", args, kwargs)
+        return bool(await backend.ahas_key(key, version, *args, **kwargs))
 
     # -- writes: the wrapped cache's, then this process's copies of the keys dropped -----------
 
@@ -109,7 +109,7 @@ class AsyncCacheMethods:
         **kwargs: Any,
     ) -> Any:
         try:
-            return await self._acalls("add", args, kwargs).aadd(
+            return await self._abackend("add", args, kwargs).aadd(
                 key, value, timeout, version, *args, **kwargs
             )
         finally:
@@ -125,7 +125,7 @@ class AsyncCacheMethods:
         **kwargs: Any,
     ) -> Any:
         try:
-            return await self._acalls("set", args, kwargs).aset(
+            return await self._abackend("set", args, kwargs).aset(
                 key, value, timeout, version, *args, **kwargs
             )
         finally:
@@ -141,7 +141,7 @@ class AsyncCacheMethods:
     ) -> Any:
         data = dict(data)  # read once: by the wrapped cache, then for its keys
         try:
-            return await self._acalls("set_many", args, kwargs).aset_many(
+            return await self._abackend("set_many", args, kwargs).aset_many(
                 data, timeout, version, *args, **kwargs
             )
         finally:
@@ -151,7 +151,7 @@ class AsyncCacheMethods:
         self, key: Any, delta: int = 1, version: Any = None, *args: Any, **kwargs: Any
     ) -> Any:
         try:
-            return await self._acalls("incr", args, kwargs).aincr(
+            return await self._abackend("incr", args, kwargs).aincr(
                 key, delta, version, *args, **kwargs
             )
         finally:
@@ -161,7 +161,7 @@ class AsyncCacheMethods:
         self, key: Any, delta: int = 1, version: Any = None, *args: Any, **kwargs: Any
     ) -> Any:
         try:
-            return await self._acalls("decr", args, kwargs).adecr(
+            return await self._abackend("decr", args, kwargs).adecr(
                 key, delta, version, *args, **kwargs
             )
         finally:
@@ -178,7 +178,7 @@ class AsyncCacheMethods:
         # A value whose life changes lives by its new TTL alone: its fill's meta is dropped (a
         # soft expiry set for the old life would refresh it early).
         try:
-            return await self._acalls("touch", args, kwargs).atouch(
+            return await self._abackend("touch", args, kwargs).atouch(
                 key, timeout, version, *args, **kwargs
             )
         finally:
@@ -186,7 +186,7 @@ class AsyncCacheMethods:
 
     async def aclear(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return await self._acalls("clear", args, kwargs).aclear(*args, **kwargs)
+            return await self._abackend("clear", args, kwargs).aclear(*args, **kwargs)
         finally:
             self._forget_all_copies()
 
@@ -203,7 +203,7 @@ class AsyncCacheMethods:
     async def adelete(self, key: Any, version: Any = None, *args: Any, **kwargs: Any) -> Any:
         unvoided = await self._avoid_fills([key], version)
         try:
-            deleted = await self._acalls("delete", args, kwargs).adelete(
+            deleted = await self._abackend("delete", args, kwargs).adelete(
                 key, version, *args, **kwargs
             )
         finally:
@@ -214,7 +214,7 @@ class AsyncCacheMethods:
         keys = list(keys)  # read once: voided, then deleted
         unvoided = await self._avoid_fills(keys, version)
         try:
-            deleted = await self._acalls("delete_many", args, kwargs).adelete_many(
+            deleted = await self._abackend("delete_many", args, kwargs).adelete_many(
                 keys, version, *args, **kwargs
             )
         finally:
@@ -228,7 +228,7 @@ class AsyncCacheMethods:
         self, key: Any, delta: int = 1, version: Any = None, *args: Any, **kwargs: Any
     ) -> Any:
         try:
-            moved = await self._acalls("incr_version", args, kwargs).aincr_version(
+            moved = await self._abackend("incr_version", args, kwargs).aincr_version(
                 key, delta, version, *args, **kwargs
             )
         finally:
@@ -240,7 +240,7 @@ class AsyncCacheMethods:
         self, key: Any, delta: int = 1, version: Any = None, *args: Any, **kwargs: Any
     ) -> Any:
         try:
-            moved = await self._acalls("decr_version", args, kwargs).adecr_version(
+            moved = await self._abackend("decr_version", args, kwargs).adecr_version(
                 key, delta, version, *args, **kwargs
             )
         finally:
@@ -302,22 +302,22 @@ class AsyncCacheMethods:
         filler = self._afiller()
         # unasync: async only
         if filler is None:  # no asyncio twin of the lock client (Sentinel): in a worker thread
-            guarded = await call_args.answered(bloom, key, bloom_item)
+            answered = await call_args.answered(bloom, key, bloom_item)
             fill = self.get_or_load
-            arguments = dict(default=default, tags=tags, **guarded, **options)
+            arguments = dict(default=default, tags=tags, **answered, **options)
             return await sync_to_async(fill, thread_sensitive=False)(
                 key, loader, timeout, version, **arguments
             )
         loader = call_args.as_django_runs_it(loader)
         # unasync: end
-        guard = call_args.guard(bloom, key, bloom_item)
+        check = call_args.bloom_check(bloom, key, bloom_item)
         named = self._tagged_key(key, version, tags)
         try:
             return await filler.get_or_load(
-                named, loader, self._resolve_timeout(timeout), bloom=guard, **options
+                named, loader, self._resolve_timeout(timeout), bloom=check, **options
             )
         except NotFound as refused:
-            return call_args.or_default(refused, guard, default)
+            return call_args.or_default(refused, check, default)
 
     # -- invalidation ----------------------------------------------------------------------
 
@@ -372,10 +372,10 @@ class AsyncCacheMethods:
             filler = self._afiller()
             # unasync: async only
             if filler is None:
-                await sync_to_async(self.filler.invalidate, thread_sensitive=False)(*named)
+                await sync_to_async(self.filler.void, thread_sensitive=False)(*named)
                 return None
             # unasync: end
-            await filler.invalidate(*named)
+            await filler.void(*named)
         except Exception as error:  # the delete goes on; raised once it is done
             return error
         return None

@@ -1,6 +1,6 @@
 # Generated from stampede/adapter/_async/cache.py by .ci/unasync.py: do not edit by hand.
 # Edit the source, then run `python .ci/unasync.py` to write this file again.
-"""``StampedeCache``'s calls of Django's cache API, and the fill's, on one side.
+"""``StampedeCache``'s methods of Django's cache API, and the fill's, on one side.
 
 Written once, for asyncio (the ``a*`` methods), and generated for threads by
 ``.ci/unasync.py`` (the same text without the ``a`` and the ``await``). Each method is written
@@ -17,8 +17,8 @@ step of ours:
 - reads unwrap entries in the previous format (``answers``).
 
 What differs between the sides is reached through a few methods of ``StampedeCache``
-(``backends.py``), one name per side: ``_calls`` (the wrapped cache's own calls, or on
-asyncio the loop's native calls of it: ``redis_calls``), ``_filler`` (the filler), and
+(``backends.py``), one name per side: ``_backend`` (what answers a call: the wrapped cache,
+or on asyncio the loop's native commands of it, ``redis_commands``), ``_filler`` (the filler), and
 ``_near_reads`` (the near cache's reads).
 
 Rule: every argument passes through as given; the wrapper reads only the ones ``BaseCache``
@@ -48,7 +48,7 @@ class CacheMethods:
 
         @property
         def _wrapped(self) -> Any: ...
-        def _calls(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+        def _backend(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
         def _filler(self) -> Any: ...
         def _near_reads(self) -> Any: ...
         def _key(self, key: Any, version: Any) -> Any: ...
@@ -70,8 +70,8 @@ class CacheMethods:
                 return answers.unwrap(reads.read(self._key(key, version)), default)
             except RedisError:
                 pass  # the wrapped cache's own way with a Redis error (raise, or ignore)
-        calls = self._calls("get", args, kwargs)
-        return answers.older(calls.get(key, default, version, *args, **kwargs), default)
+        backend = self._backend("get", args, kwargs)
+        return answers.older(backend.get(key, default, version, *args, **kwargs), default)
 
     def get_many(self, keys: Any, version: Any = None, *args: Any, **kwargs: Any) -> dict[Any, Any]:
         reads = None if args or kwargs else self._near_reads()
@@ -82,12 +82,12 @@ class CacheMethods:
                 return answers.by_key(named, reads.read_many(list(named)))
             except RedisError:
                 pass
-        calls = self._calls("get_many", args, kwargs)
-        return answers.older_many(calls.get_many(keys, version, *args, **kwargs))
+        backend = self._backend("get_many", args, kwargs)
+        return answers.older_many(backend.get_many(keys, version, *args, **kwargs))
 
     def has_key(self, key: Any, version: Any = None, *args: Any, **kwargs: Any) -> bool:
-        calls = self._calls("has_key", args, kwargs)
-        return bool(calls.has_key(key, version, *args, **kwargs))
+        backend = self._backend("has_key", args, kwargs)
+        return bool(backend.has_key(key, version, *args, **kwargs))
 
     # -- writes: the wrapped cache's, then this process's copies of the keys dropped -----------
 
@@ -101,7 +101,7 @@ class CacheMethods:
         **kwargs: Any,
     ) -> Any:
         try:
-            return self._calls("add", args, kwargs).add(
+            return self._backend("add", args, kwargs).add(
                 key, value, timeout, version, *args, **kwargs
             )
         finally:
@@ -117,7 +117,7 @@ class CacheMethods:
         **kwargs: Any,
     ) -> Any:
         try:
-            return self._calls("set", args, kwargs).set(
+            return self._backend("set", args, kwargs).set(
                 key, value, timeout, version, *args, **kwargs
             )
         finally:
@@ -133,7 +133,7 @@ class CacheMethods:
     ) -> Any:
         data = dict(data)  # read once: by the wrapped cache, then for its keys
         try:
-            return self._calls("set_many", args, kwargs).set_many(
+            return self._backend("set_many", args, kwargs).set_many(
                 data, timeout, version, *args, **kwargs
             )
         finally:
@@ -141,13 +141,13 @@ class CacheMethods:
 
     def incr(self, key: Any, delta: int = 1, version: Any = None, *args: Any, **kwargs: Any) -> Any:
         try:
-            return self._calls("incr", args, kwargs).incr(key, delta, version, *args, **kwargs)
+            return self._backend("incr", args, kwargs).incr(key, delta, version, *args, **kwargs)
         finally:
             self._forget_copies([key], version)
 
     def decr(self, key: Any, delta: int = 1, version: Any = None, *args: Any, **kwargs: Any) -> Any:
         try:
-            return self._calls("decr", args, kwargs).decr(key, delta, version, *args, **kwargs)
+            return self._backend("decr", args, kwargs).decr(key, delta, version, *args, **kwargs)
         finally:
             self._forget_copies([key], version)
 
@@ -162,13 +162,15 @@ class CacheMethods:
         # A value whose life changes lives by its new TTL alone: its fill's meta is dropped (a
         # soft expiry set for the old life would refresh it early).
         try:
-            return self._calls("touch", args, kwargs).touch(key, timeout, version, *args, **kwargs)
+            return self._backend("touch", args, kwargs).touch(
+                key, timeout, version, *args, **kwargs
+            )
         finally:
             self._drop_meta([key], version)
 
     def clear(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return self._calls("clear", args, kwargs).clear(*args, **kwargs)
+            return self._backend("clear", args, kwargs).clear(*args, **kwargs)
         finally:
             self._forget_all_copies()
 
@@ -185,7 +187,7 @@ class CacheMethods:
     def delete(self, key: Any, version: Any = None, *args: Any, **kwargs: Any) -> Any:
         unvoided = self._void_fills([key], version)
         try:
-            deleted = self._calls("delete", args, kwargs).delete(key, version, *args, **kwargs)
+            deleted = self._backend("delete", args, kwargs).delete(key, version, *args, **kwargs)
         finally:
             self._forget_copies([key], version)
         return answers.raised(unvoided, deleted)
@@ -194,7 +196,7 @@ class CacheMethods:
         keys = list(keys)  # read once: voided, then deleted
         unvoided = self._void_fills(keys, version)
         try:
-            deleted = self._calls("delete_many", args, kwargs).delete_many(
+            deleted = self._backend("delete_many", args, kwargs).delete_many(
                 keys, version, *args, **kwargs
             )
         finally:
@@ -208,7 +210,7 @@ class CacheMethods:
         self, key: Any, delta: int = 1, version: Any = None, *args: Any, **kwargs: Any
     ) -> Any:
         try:
-            moved = self._calls("incr_version", args, kwargs).incr_version(
+            moved = self._backend("incr_version", args, kwargs).incr_version(
                 key, delta, version, *args, **kwargs
             )
         finally:
@@ -220,7 +222,7 @@ class CacheMethods:
         self, key: Any, delta: int = 1, version: Any = None, *args: Any, **kwargs: Any
     ) -> Any:
         try:
-            moved = self._calls("decr_version", args, kwargs).decr_version(
+            moved = self._backend("decr_version", args, kwargs).decr_version(
                 key, delta, version, *args, **kwargs
             )
         finally:
@@ -273,14 +275,14 @@ class CacheMethods:
         """
         call_args.check_loader(loader)
         filler = self._filler()
-        guard = call_args.guard(bloom, key, bloom_item)
+        check = call_args.bloom_check(bloom, key, bloom_item)
         named = self._tagged_key(key, version, tags)
         try:
             return filler.get_or_load(
-                named, loader, self._resolve_timeout(timeout), bloom=guard, **options
+                named, loader, self._resolve_timeout(timeout), bloom=check, **options
             )
         except NotFound as refused:
-            return call_args.or_default(refused, guard, default)
+            return call_args.or_default(refused, check, default)
 
     # -- invalidation ----------------------------------------------------------------------
 
@@ -321,7 +323,7 @@ class CacheMethods:
         named = [self._named_key(key, version) for key in keys]
         try:
             filler = self._filler()
-            filler.invalidate(*named)
+            filler.void(*named)
         except Exception as error:  # the delete goes on; raised once it is done
             return error
         return None

@@ -69,7 +69,7 @@ class _Visit:
     get_response: Any
     policy: PagePolicy
     cache: Any
-    guard: dict[str, Any]  # ``bloom=``/``bloom_item=``/``tags=`` of every fill
+    fill_arguments: dict[str, Any]  # ``bloom=``/``bloom_item=``/``tags=`` of every fill
 
 
 @dataclass(frozen=True)
@@ -139,16 +139,16 @@ class _HeaderReader:
 
 
 def serve(
-    request: HttpRequest, get_response: Any, policy: PagePolicy, **guard: Any
+    request: HttpRequest, get_response: Any, policy: PagePolicy, **fill_arguments: Any
 ) -> HttpResponseBase:
     """Return the response to ``request``: cached, or rendered once for everyone waiting.
 
-    ``guard``: the extra arguments of every fill: ``bloom=``/``bloom_item=``
+    ``fill_arguments``: the extra arguments of every fill: ``bloom=``/``bloom_item=``
     (``stampede.NotFound`` if refused), ``tags=``.
     """
     if request.method not in ("GET", "HEAD"):
         return get_response(request)
-    visit = _Visit(request, get_response, policy, policy.cache(), guard)
+    visit = _Visit(request, get_response, policy, policy.cache(), fill_arguments)
     found = _lookup(visit)
     if found is not None and found.get_page is None and found.page is None:
         # The URL's header list is unknown: one request renders and learns it, the others
@@ -205,7 +205,7 @@ def _learn(visit: _Visit) -> HttpResponseBase | None:
         return _LEARNED if shared else DontCache(_LEARNED)
 
     visit.cache.get_or_load(
-        _learning_key(visit), render_and_learn, timeout=visit.policy.timeout, **visit.guard
+        _learning_key(visit), render_and_learn, timeout=visit.policy.timeout, **visit.fill_arguments
     )
     return mine.response
 
@@ -239,7 +239,7 @@ def _serve_page(visit: _Visit, page: _Page) -> HttpResponseBase:
         return _fill_value(mine.response, mine.shared, page, visit)
 
     value = visit.cache.get_or_load(
-        page.key, render, timeout=page.timeout, grace=visit.policy.grace, **visit.guard
+        page.key, render, timeout=page.timeout, grace=visit.policy.grace, **visit.fill_arguments
     )
     if mine.response is None:
         return own_copy(value)
@@ -306,7 +306,7 @@ def _without_redis(visit: _Visit, error: Exception, during: str) -> None:
 
 def _tags(visit: _Visit) -> dict[str, Any]:
     """Return the ``tags=`` of a page's own fill (``@single_flight(tags=...)``), if any."""
-    tags = visit.guard.get("tags")
+    tags = visit.fill_arguments.get("tags")
     return {} if tags is None else {"tags": tags}
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from ...core import backend_layout as layout
-from ...core import meta, store_calls, tags
+from ...core import meta, store_commands, tags
 from ...core.flight import LockAttempt
 from ...core.keys import CacheKey, Name
 from ...core.missing import MISSING
@@ -70,10 +70,10 @@ class BackendStore:
     def lock(self, key: CacheKey, ttl: float) -> BackendFillLock:
         return BackendFillLock(self, key, ttl)
 
-    async def invalidate(self, keys: Sequence[CacheKey]) -> None:
+    async def void(self, keys: Sequence[CacheKey]) -> None:
         await self.drop_meta(keys)
-        batch = [store_calls.invalidate(key) for key in keys]
-        await scripts.arun_many(self.client, scripts.INVALIDATE, batch)
+        batch = [store_commands.void(key) for key in keys]
+        await scripts.arun_many(self.client, scripts.VOID, batch)
 
     async def invalidate_tags(self, stamps: Sequence[Name], hard: bool) -> None:
         """Write the stamps of tags (``core/tags.py``), kept in the lock's Redis."""
@@ -88,7 +88,7 @@ class BackendStore:
         ``invalidate``.
         """
         await scripts.arun_many(
-            self.client, scripts.INVALIDATE, [store_calls.invalidate(key) for key in keys]
+            self.client, scripts.VOID, [store_commands.void(key) for key in keys]
         )
         at_ms = await tag_stamps.server_us(self.client) // 1000
         for key in keys:

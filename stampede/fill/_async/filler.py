@@ -36,7 +36,7 @@ from ...core.keys import CacheKey, Name
 from ...core.missing import MISSING
 from ...core.options import FillOptions
 from ...core.outage import Outage
-from ...core.port import AsyncStore, MissGuard
+from ...core.port import AsyncStore, MissCheck
 from ...core.private import unwrap_private
 from ...core.reentry import refuse_reentry
 from ...core.verdict import Verdict, fresh_value, judge, value_of
@@ -97,14 +97,14 @@ class Filler:
         loader: Callable[[], Any],
         timeout: float | None = None,
         *,
-        bloom: MissGuard | None = None,
+        bloom: MissCheck | None = None,
         **overrides: Any,
     ) -> Any:
         """Return the value of ``key``, calling ``loader()`` on a miss, once cluster-wide.
 
         ``timeout`` is the value's lifetime in seconds (None: forever). Keyword ``overrides``
         replace options for this call (``grace=60``, ``wait_timeout=2``, ...). ``bloom``
-        (``stampede.bloom.BloomGuard``) is asked on a miss, before any lock: an item it never
+        (``stampede.bloom.BloomCheck``) is asked on a miss, before any lock: an item it never
         saw raises :class:`~stampede.exceptions.NotFound`, and the loader is not called.
         On asyncio, ``loader`` may be a coroutine function; a plain one runs in a worker thread.
         """
@@ -200,7 +200,7 @@ class Filler:
         key: CacheKey | Name,
         loader: Callable[[], Any],
         timeout: float | None,
-        bloom: MissGuard | None,
+        bloom: MissCheck | None,
         overrides: dict[str, Any],
     ) -> Any:
         """Return ``get_or_load``'s value, the call recorded for the observers of
@@ -231,14 +231,14 @@ class Filler:
 
     # unasync: end
 
-    async def invalidate(self, *keys: CacheKey | Name) -> None:
+    async def void(self, *keys: CacheKey | Name) -> None:
         """Void fills of ``keys`` in progress (their values must not be stored) and wake their
         waiters to load afresh. Deleting the values themselves is the caller's business."""
         named = [CacheKey.of(key) for key in keys]
         self.outage.forget([key.full for key in named])
         if self.near is not None:
             self.near.forget([key.full for key in named])
-        await self.store.invalidate(named)
+        await self.store.void(named)
 
     async def invalidate_softly(self, *keys: CacheKey | Name) -> None:
         """Mark the values of ``keys`` stale: the next caller of each refreshes it under the
@@ -259,11 +259,11 @@ class Filler:
             self.near.forget(list(stamps))
 
 
-async def refuse_unknown(bloom: MissGuard, key: CacheKey, outage: Outage) -> None:
-    """Raise ``NotFound`` if ``bloom`` never saw its item: the penetration guard's answer."""
+async def refuse_unknown(bloom: MissCheck, key: CacheKey, outage: Outage) -> None:
+    """Raise ``NotFound`` if ``bloom`` never saw its item: the penetration check's answer."""
     try:
         admitted = await bloom.aadmits()
     except STORE_ERRORS as exc:
-        admitted = outage.guard_unavailable(exc, key)
+        admitted = outage.check_unavailable(exc, key)
     if not admitted:
         raise NotFound(key.key, bloom.item)

@@ -21,11 +21,11 @@ async def read(reads: NearReads, store: RedisStore, key: CacheKey) -> Any:
     record = reads.hit(key.full)
     if record is not MISSING:
         return record
-    stamp = reads.begin()
-    record = reads.keep(key.full, await store.read_near(key.full), stamp)
+    mark = reads.begin()
+    record = reads.keep(key.full, await store.read_near(key.full), mark)
     unkept = reads.unkept_stamps(record)
     if unkept:
-        read = reads.keep_stamps(unkept, await store.read_many_near(unkept), stamp)
+        read = reads.keep_stamps(unkept, await store.read_many_near(unkept), mark)
         return reads.judged(record, read)
     if type(record) is Envelope and record.tags:
         return reads.judged(record, {})
@@ -36,12 +36,12 @@ async def read_many(reads: NearReads, store: RedisStore, fulls: Sequence[Any]) -
     """Async twin of :meth:`NearReads.read_many`."""
     found, missing = reads.split(fulls)
     if missing:
-        stamp = reads.begin()
-        tagged = reads.keep_many(found, missing, await store.read_many_near(missing), stamp)
+        mark = reads.begin()
+        tagged = reads.keep_many(found, missing, await store.read_many_near(missing), mark)
         if tagged:
             unkept = reads.unkept_stamps_of(found, tagged)
             replies = await store.read_many_near(unkept) if unkept else []
-            reads.judge_many(found, tagged, reads.keep_stamps(unkept, replies, stamp))
+            reads.judge_many(found, tagged, reads.keep_stamps(unkept, replies, mark))
     return found
 
 

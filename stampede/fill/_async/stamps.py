@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ...core import store_calls
+from ...core import store_commands
 from ...core.keys import Name
 from ...io import scripts
 
@@ -54,7 +54,7 @@ async def invalidate(client: Any, stamps: Sequence[Name], hard: bool, cluster: b
     if not stamps:
         return
     if not cluster:
-        await scripts.arun(client, scripts.STAMP_TAGS, *store_calls.stamp_tags(stamps, hard))
+        await scripts.arun(client, scripts.STAMP_TAGS, *store_commands.stamp_tags(stamps, hard))
         return
     for stamp in stamps:
-        await scripts.arun(client, scripts.STAMP_TAGS, *store_calls.stamp_tags([stamp], hard))
+        await scripts.arun(client, scripts.STAMP_TAGS, *store_commands.stamp_tags([stamp], hard))

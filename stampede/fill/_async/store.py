@@ -9,7 +9,8 @@ the fill's bookkeeping lives in ``{FK}:meta`` (``core/meta.py``); a hit reads bo
 
 Rule: fused where Redis allows. Acquiring also reads the key (the winner knows at once whether
 the previous holder just filled it); a small record travels inside the wake-up message, so
-waiting processes answer without a ``GET``. The calls themselves live in ``store_calls.py``.
+waiting processes answer without a ``GET``. The commands themselves live in
+``core/store_commands.py``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ...core import meta, store_calls, tags
+from ...core import meta, store_commands, tags
 from ...core.envelope import Envelope
 from ...core.flight import LockAttempt
 from ...core.keys import (
@@ -143,7 +144,7 @@ class RedisStore:
         """Mark the values of ``keys`` stale (``core/meta.py``'s ``x1``), voiding loads of them
         in progress: read next, each is refreshed by one caller while the others are served it.
         (``window``, the stale window, is for stores that cannot keep the value's own expiry.)"""
-        calls = [store_calls.soft_invalidate(key) for key in keys]
+        calls = [store_commands.soft_invalidate(key) for key in keys]
         await scripts.arun_many(self.client, scripts.SOFT_INVALIDATE, calls)
 
     def decode_copy(self, copy: tuple[bytes, bytes | None]) -> Any:
@@ -158,7 +159,7 @@ class RedisStore:
 
     async def read_many_near(self, fulls: Sequence[Any]) -> list[tuple[Any, int]]:
         """:meth:`read_near` of each of ``fulls``, in one round trip."""
-        return store_calls.near_replies(await self._near_reads(fulls))
+        return store_commands.near_replies(await self._near_reads(fulls))
 
     async def _pipelined_near_reads(self, fulls: Sequence[Any]) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
@@ -171,9 +172,9 @@ class RedisStore:
             refuse_scattered(key.full)
         return RedisFillLock(self, key, ttl)
 
-    async def invalidate(self, keys: Sequence[CacheKey]) -> None:
+    async def void(self, keys: Sequence[CacheKey]) -> None:
         await scripts.arun_many(
-            self.client, scripts.INVALIDATE, [store_calls.invalidate(key) for key in keys]
+            self.client, scripts.VOID, [store_commands.void(key) for key in keys]
         )
 
     async def drop_meta(self, keys: Sequence[CacheKey]) -> None:
@@ -226,7 +227,7 @@ class WaitingLock:
     _wakeups: WakeUps
 
     async def peek(self) -> float | None:
-        return store_calls.holder_ttl_of_pttl(
+        return store_commands.holder_ttl_of_pttl(
             await self._store.client.pttl(lock_key(self._key.full))
         )
 
@@ -263,14 +264,14 @@ class RedisFillLock(WaitingLock):
         stamps = self._key.tags
         if stamps and store._cluster:
             stamps = ()  # in other slots: created (SET NX) and read below, not by the script
-        call = store_calls.acquire(self._key, token, self._ttl, stamps)
+        call = store_commands.acquire(self._key, token, self._ttl, stamps)
         reply = await scripts.arun(store.client, scripts.ACQUIRE_READ, *call)
-        lost = store_calls.lost_attempt(reply)
+        lost = store_commands.lost_attempt(reply)
         if lost is not None:
             self._token = None
             return lost
         self._renewal = schedule_renewal(self._renew, self._ttl / 3)
-        record, self._filled_us, known = store_calls.won_attempt(reply, store.loads, stamps)
+        record, self._filled_us, known = store_commands.won_attempt(reply, store.loads, stamps)
         if self._key.tags and not stamps:
             await store.create_stamps(self._key.tags, self._filled_us)
         return LockAttempt(True, record=await store.judged(record, known))
@@ -286,7 +287,7 @@ class RedisFillLock(WaitingLock):
             if record is MISSING
             else self._store.encode(record, self._key.tags, self._filled_us)
         )
-        call = store_calls.commit(self._key, token, outcome, stored, ttl)
+        call = store_commands.commit(self._key, token, outcome, stored, ttl)
         self._stop_renewal()
         committed = bool(await scripts.arun(self._store.client, scripts.COMMIT, *call))
         self._token = None  # only now: if the call failed or was cancelled, close() releases
@@ -299,7 +300,7 @@ class RedisFillLock(WaitingLock):
             return
         try:
             await scripts.arun(
-                self._store.client, scripts.RELEASE, *store_calls.release(self._key, token)
+                self._store.client, scripts.RELEASE, *store_commands.release(self._key, token)
             )
         except RedisError as exc:
             logger.warning(
@@ -323,7 +324,9 @@ class RedisFillLock(WaitingLock):
             return False
         try:
             extended = await scripts.arun(
-                self._store.client, scripts.EXTEND, *store_calls.extend(self._key, token, self._ttl)
+                self._store.client,
+                scripts.EXTEND,
+                *store_commands.extend(self._key, token, self._ttl),
             )
         except RedisError as exc:
             # Redis may be back before the TTL runs out; if not, the next one is refused.

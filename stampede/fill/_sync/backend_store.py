@@ -22,7 +22,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from ...core import backend_layout as layout
-from ...core import meta, store_calls, tags
+from ...core import meta, store_commands, tags
 from ...core.flight import LockAttempt
 from ...core.keys import CacheKey, Name
 from ...core.missing import MISSING
@@ -70,10 +70,10 @@ class BackendStore:
     def lock(self, key: CacheKey, ttl: float) -> BackendFillLock:
         return BackendFillLock(self, key, ttl)
 
-    def invalidate(self, keys: Sequence[CacheKey]) -> None:
+    def void(self, keys: Sequence[CacheKey]) -> None:
         self.drop_meta(keys)
-        batch = [store_calls.invalidate(key) for key in keys]
-        scripts.run_many(self.client, scripts.INVALIDATE, batch)
+        batch = [store_commands.void(key) for key in keys]
+        scripts.run_many(self.client, scripts.VOID, batch)
 
     def invalidate_tags(self, stamps: Sequence[Name], hard: bool) -> None:
         """Write the stamps of tags (``core/tags.py``), kept in the lock's Redis."""
@@ -87,9 +87,7 @@ class BackendStore:
         its window). Fills in progress are voided first (their locks deleted), as by
         ``invalidate``.
         """
-        scripts.run_many(
-            self.client, scripts.INVALIDATE, [store_calls.invalidate(key) for key in keys]
-        )
+        scripts.run_many(self.client, scripts.VOID, [store_commands.void(key) for key in keys])
         at_ms = tag_stamps.server_us(self.client) // 1000
         for key in keys:
             found = self.backend.get_many(layout.read_names(key), version=key.version)

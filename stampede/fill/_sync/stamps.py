@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ...core import store_calls
+from ...core import store_commands
 from ...core.keys import Name
 from ...io import scripts
 
@@ -56,7 +56,7 @@ def invalidate(client: Any, stamps: Sequence[Name], hard: bool, cluster: bool) -
     if not stamps:
         return
     if not cluster:
-        scripts.run(client, scripts.STAMP_TAGS, *store_calls.stamp_tags(stamps, hard))
+        scripts.run(client, scripts.STAMP_TAGS, *store_commands.stamp_tags(stamps, hard))
         return
     for stamp in stamps:
-        scripts.run(client, scripts.STAMP_TAGS, *store_calls.stamp_tags([stamp], hard))
+        scripts.run(client, scripts.STAMP_TAGS, *store_commands.stamp_tags([stamp], hard))

@@ -26,7 +26,7 @@ class LoopState:
         self.notifiers: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self.clients: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         # The Django adapter's asyncio calls of a cache, by its settings' id (``stores.py``).
-        self.native_calls: dict[int, tuple[Any, Any]] = {}
+        self.native_commands: dict[int, tuple[Any, Any]] = {}
         # And its fillers over Redis, by its settings' id (``stores.py``).
         self.fillers: dict[int, tuple[Any, Any]] = {}
         # And its near cache's reads through the loop's store, by its settings' id.

@@ -1,4 +1,4 @@
-"""The Redis calls of a fill over one Redis, as (keys, args) and reply readers.
+"""The Redis commands of a fill over one Redis, as (keys, args) and reply readers.
 
 Rule: no I/O. ``fill/_async/store.py`` and the sync store generated from it send exactly these
 (and ``fill/_async/backend_store.py`` the lock's), so a change to what a fill asks of Redis is
@@ -83,7 +83,7 @@ def release(key: CacheKey, token: str) -> Call:
     return (keys.lock_key(key.full),), (token, keys.done_channel(key.full), RELEASED)
 
 
-def invalidate(key: CacheKey) -> Call:
+def void(key: CacheKey) -> Call:
     full = key.full
     return (keys.lock_key(full), keys.meta_key(full)), (keys.done_channel(full), INVALIDATED)
 

@@ -1,22 +1,22 @@
-"""The ``a*`` calls of a ``StampedeCache`` over a Redis cache, on asyncio, no thread hop.
+"""The commands of a ``StampedeCache``'s ``a*`` calls over a Redis cache, on asyncio, no thread hop.
 
 Django's async cache methods run its sync ones in a worker thread (``sync_to_async``): a
 thread hop per call, and under ASGI, where Django builds a cache object per request, a new
 Redis client and connection pool per request. Here each call sends what the wrapped cache's
 own sync client sends, on the running loop's ``redis.asyncio`` client of the cache's primary
 (one per process and loop, ``stampede.io.clients.async_twin``). Reads that the loop's tasks
-ask for in one turn go out as one command (``stampede.io._async.batch``). Two caches' calls:
+ask for in one turn go out as one command (``stampede.io._async.batch``). Two caches' commands:
 
-- ``BuiltinRedisCalls`` (here), Django's ``RedisCache``: the commands of its
+- ``BuiltinRedisCommands`` (here), Django's ``RedisCache``: the commands of its
   ``RedisCacheClient`` (Django 4.2 to 6.1: unchanged there), with the cache's own serializer.
-- ``DjangoRedisClientCalls`` (``stampede.django_redis_calls``), django-redis's ``RedisCache``
+- ``DjangoRedisCommands`` (``stampede.django_redis_commands``), django-redis's ``RedisCache``
   with its ``DefaultClient``.
 
 Rule: the wrapped cache names every key and reads every timeout: the same key, version and
 expiry as its sync call, and the same stored bytes.
-Rule: nothing here is kept per request. A calls object is a light view over the loop's client
+Rule: nothing here is kept per request. A commands object is a light view over the loop's client
 and read batch.
-Rule: a call passes only the arguments its calls object ``serves``; any other (django-redis's
+Rule: a call passes only the arguments its commands object ``serves``; any other (django-redis's
 ``client=``, a sync client of no use on the loop) goes to the wrapped cache's own ``a*`` method.
 """
 
@@ -32,11 +32,11 @@ from ..io import clients
 from ..io._async.batch import DirectReads, ReadBatch
 from ..io._async.loops import loop_state
 from .django_internals import write_client
-from .django_redis_calls import DjangoRedisClientCalls, encoded
+from .django_redis_commands import DjangoRedisCommands, encoded
 
 
-class BuiltinRedisCalls:
-    """The calls of one Django ``RedisCache`` with a single server, on one event loop.
+class BuiltinRedisCommands:
+    """The commands of one Django ``RedisCache`` with a single server, on one event loop.
 
     Args:
         client: the loop's ``redis.asyncio`` client of the cache's server.
@@ -181,5 +181,5 @@ class BuiltinRedisCalls:
         return await self.aincr_version(key, -delta, version)
 
 
-#: The asyncio calls of one wrapped cache.
-NativeCalls = BuiltinRedisCalls | DjangoRedisClientCalls
+#: The native asyncio commands of one wrapped cache.
+NativeCommands = BuiltinRedisCommands | DjangoRedisCommands

@@ -13,7 +13,7 @@ from ._sync.filter import BloomFilter
 from .base import BloomBase
 
 
-class BloomGuard:
+class BloomCheck:
     """``bloom=`` of ``get_or_load``, ``@cached`` and ``@single_flight``: one item of one filter.
 
     Either filter works in async code (a sync one is asked in a worker thread); sync code
@@ -37,7 +37,7 @@ class BloomGuard:
         self.item = item
 
     def __repr__(self) -> str:
-        return f"<BloomGuard {self.item!r} in {self.bloom!r}>"
+        return f"<BloomCheck {self.item!r} in {self.bloom!r}>"
 
     def admits(self) -> bool:
         """Return False if the item was never added (one round trip)."""
@@ -54,8 +54,8 @@ class BloomGuard:
         return bool(await self.bloom.contains(self.item))  # type: ignore[attr-defined]
 
 
-class AnsweredGuard:
-    """A ``bloom=`` guard already asked, on the event loop, for a fill that then runs in a
+class AnsweredCheck:
+    """A ``bloom=`` check already asked, on the event loop, for a fill that then runs in a
     worker thread (a cache with no asyncio twin): an asyncio filter cannot be asked from
     there. It costs that path one check even on a hit."""
 

@@ -1,9 +1,9 @@
-"""The ``a*`` calls of a ``StampedeCache`` over django-redis, on asyncio, no thread hop.
+"""The commands of a ``StampedeCache``'s ``a*`` calls over django-redis, on asyncio, no thread hop.
 
 django-redis has no asyncio methods of its own: Django's ``BaseCache`` runs its sync ones in
 a worker thread. Here each call sends what django-redis's ``DefaultClient`` sends (django-redis
 5.4 to 7.0), on the running loop's client of the cache's server, reads gathered per turn of
-the loop, as ``stampede.redis_calls`` does over Django's ``RedisCache`` (its docstring says
+the loop, as ``stampede.redis_commands`` does over Django's ``RedisCache`` (its docstring says
 why). What it takes of django-redis (``django_internals.django_redis_parts``): its key making
 (no validation), its value codec (serializer and compressor; ints stored as digits), its
 ``IGNORE_EXCEPTIONS``, and the answers its version and Django's give.
@@ -68,8 +68,8 @@ async def encoded(encode: Callable[[Any], Any], value: Any) -> Any:
         return await sync_to_async(encode, thread_sensitive=True)(value)
 
 
-class DjangoRedisClientCalls:
-    """The calls of one django-redis ``RedisCache`` (``DefaultClient``, one server), on one loop.
+class DjangoRedisCommands:
+    """The commands of one django-redis ``RedisCache`` (``DefaultClient``, one server), on one loop.
 
     What each stores is what django-redis's sync call stores, command for command but
     ``incr``'s: the same script by ``EVALSHA`` (django-redis sends its text each time), or a
