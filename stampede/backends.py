@@ -17,8 +17,10 @@ what it is built from, and the few methods whose sides differ: where a call goes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import warnings
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
@@ -114,33 +116,30 @@ class StampedeCache(CacheMethods, AsyncCacheMethods, BaseCache):
 
     # django-redis's methods that change a value's life: its fill's meta goes with the old one.
 
-    def expire(self, key: Any, timeout: Any, version: Any = None, *args: Any, **kw: Any) -> Any:
-        try:
-            return self._wrapped.expire(key, timeout, version, *args, **kw)
-        finally:
-            self._drop_meta([key], version)
+    def expire(self, key, timeout, version=None, *args, **kwargs) -> Any:
+        with self._reliving(key, version):
+            return self._wrapped.expire(key, timeout, version, *args, **kwargs)
 
-    def pexpire(self, key: Any, timeout: Any, version: Any = None, *args: Any, **kw: Any) -> Any:
-        try:
-            return self._wrapped.pexpire(key, timeout, version, *args, **kw)
-        finally:
-            self._drop_meta([key], version)
+    def pexpire(self, key, timeout, version=None, *args, **kwargs) -> Any:
+        with self._reliving(key, version):
+            return self._wrapped.pexpire(key, timeout, version, *args, **kwargs)
 
-    def expire_at(self, key: Any, when: Any, version: Any = None, *args: Any, **kw: Any) -> Any:
-        try:
-            return self._wrapped.expire_at(key, when, version, *args, **kw)
-        finally:
-            self._drop_meta([key], version)
+    def expire_at(self, key, when, version=None, *args, **kwargs) -> Any:
+        with self._reliving(key, version):
+            return self._wrapped.expire_at(key, when, version, *args, **kwargs)
 
-    def pexpire_at(self, key: Any, when: Any, version: Any = None, *args: Any, **kw: Any) -> Any:
-        try:
-            return self._wrapped.pexpire_at(key, when, version, *args, **kw)
-        finally:
-            self._drop_meta([key], version)
+    def pexpire_at(self, key, when, version=None, *args, **kwargs) -> Any:
+        with self._reliving(key, version):
+            return self._wrapped.pexpire_at(key, when, version, *args, **kwargs)
 
-    def persist(self, key: Any, version: Any = None, *args: Any, **kw: Any) -> Any:
+    def persist(self, key, version=None, *args, **kwargs) -> Any:
+        with self._reliving(key, version):
+            return self._wrapped.persist(key, version, *args, **kwargs)
+
+    @contextlib.contextmanager
+    def _reliving(self, key: Any, version: Any) -> Iterator[None]:
         try:
-            return self._wrapped.persist(key, version, *args, **kw)
+            yield
         finally:
             self._drop_meta([key], version)
 
@@ -262,6 +261,15 @@ class StampedeCache(CacheMethods, AsyncCacheMethods, BaseCache):
         if near is not None:
             near.forget(fulls)
         self.filler.outage.forget(fulls)
+
+    @contextlib.contextmanager
+    def _writing(self, keys: Any, version: Any) -> Iterator[None]:
+        """Around a write of ``keys``: drop this process's copies of them once it returned or
+        raised (a Redis gone mid-call may still have applied it)."""
+        try:
+            yield
+        finally:
+            self._forget_copies(keys, version)
 
     def _forget_all_copies(self) -> None:
         if self.near is not None:

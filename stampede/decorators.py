@@ -24,7 +24,8 @@ from django.http import Http404
 
 from .adapter._async.pages import aserve
 from .adapter._sync.pages import serve
-from .adapter.page_decision import PagePolicy, alias_argument, stampede_cache
+from .adapter.cache_settings import stampede_cache
+from .adapter.page_decision import PagePolicy, alias_argument
 from .bloom import BloomCheck
 from .core import options as conf
 from .exceptions import NotFound

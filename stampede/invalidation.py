@@ -34,11 +34,11 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.apps import apps
 from django.conf import settings
-from django.core.cache import InvalidCacheBackendError, caches
 from django.core.exceptions import AppRegistryNotReady, FieldDoesNotExist, ImproperlyConfigured
 from django.db import models, transaction
 from django.db.models.signals import m2m_changed, post_save, pre_delete, pre_save
 
+from .adapter.cache_settings import stampede_cache
 from .core.tags import checked_tags
 
 __all__ = [
@@ -115,19 +115,7 @@ def invalidate_tags_on_commit(
 
 def _tag_cache(alias: str) -> Any:
     """Return ``caches[alias]``, or raise ``ImproperlyConfigured`` if it cannot take tags."""
-    try:
-        backend = caches[alias]
-    except InvalidCacheBackendError as exc:
-        raise ImproperlyConfigured(
-            f"cache={alias!r} is not an alias of CACHES ({', '.join(settings.CACHES)}); "
-            "name the alias of a stampede.backends.StampedeCache"
-        ) from exc
-    if not callable(getattr(backend, "invalidate_tags", None)):
-        raise ImproperlyConfigured(
-            f"CACHES[{alias!r}] is a {type(backend).__name__}, which has no invalidate_tags; "
-            "make it a stampede.backends.StampedeCache"
-        )
-    return backend
+    return stampede_cache(alias, "tags")
 
 
 # -- registration ----------------------------------------------------------------------------

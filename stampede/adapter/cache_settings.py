@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings as django_settings
+from django.core.cache import InvalidCacheBackendError, caches
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
@@ -371,3 +373,25 @@ def _near_problems(
             )
         ]
     return []
+
+
+def stampede_cache(alias: str, purpose: str) -> Any:
+    """Return ``caches[alias]``, a ``StampedeCache``, for ``purpose`` (``"@cached"``, ...).
+
+    Raises:
+        ImproperlyConfigured: ``alias`` names no cache of ``CACHES``, or one that is not a
+            ``StampedeCache``; the message names the alias and the fix.
+    """
+    try:
+        cache = caches[alias]
+    except InvalidCacheBackendError as exc:  # Django's own type, with the fix named
+        raise InvalidCacheBackendError(
+            f"cache={alias!r} is not an alias of CACHES ({', '.join(django_settings.CACHES)}); "
+            f"name the alias of a stampede.backends.StampedeCache for {purpose}"
+        ) from exc
+    if not is_stampede_backend(type(cache)):
+        raise ImproperlyConfigured(
+            f"CACHES[{alias!r}] must be a stampede.backends.StampedeCache for {purpose}; "
+            "wrap your cache with it"
+        )
+    return cache

@@ -29,7 +29,7 @@ decision, each a no-op where that Django has the rule:
    an absent header from an empty one and ``a``+``""`` from ``""``+``a`` (``variant_key``), as the
    newest Django's key does, so no older Django's coarser key puts two variants on one page.
 
-Rule: nothing here reads or writes a cache (``stampede_cache`` only looks one up); the caller
+Rule: nothing here reads or writes a cache (``PagePolicy.cache`` only looks one up); the caller
 stores the page through the fill, then the header list.
 """
 
@@ -42,12 +42,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.core.cache import caches
-from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.utils.cache import get_max_age, has_vary_header, patch_vary_headers
 
 from ..core import options as conf
+from .cache_settings import stampede_cache
 from .django_internals import PageCacheUpdate
 
 
@@ -101,17 +100,6 @@ def alias_argument(name: str, value: Any) -> str:
             f"{name} must be the alias of a cache in CACHES, such as 'default'; got {value!r}"
         )
     return value
-
-
-def stampede_cache(cache_alias: str, purpose: str) -> Any:
-    """Return ``caches[cache_alias]``, which must be a ``StampedeCache`` for ``purpose``."""
-    cache = caches[cache_alias]
-    if not hasattr(cache, "get_or_load"):
-        raise ImproperlyConfigured(
-            f"CACHES[{cache_alias!r}] must be a stampede.backends.StampedeCache for "
-            f"{purpose}; wrap your cache with it"
-        )
-    return cache
 
 
 class _Capture:

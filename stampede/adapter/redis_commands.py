@@ -23,6 +23,7 @@ Rule: a call passes only the arguments its commands object ``serves``; any other
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
@@ -34,70 +35,63 @@ from ..io._async.loops import loop_state
 from .django_internals import write_client
 from .django_redis_commands import DjangoRedisCommands, encoded
 
+#: Every call: Django's ``RedisCache`` takes no keyword argument of its own.
+_CALLS = frozenset(
+    {"get", "get_many", "has_key", "add", "set", "touch", "delete", "incr", "decr"}
+    | {"set_many", "delete_many", "clear", "incr_version", "decr_version"}
+)
 
+
+@dataclass(frozen=True, slots=True)
 class BuiltinRedisCommands:
-    """The commands of one Django ``RedisCache`` with a single server, on one event loop.
+    """The commands of one Django ``RedisCache`` with a single server, on one event loop."""
 
-    Args:
-        client: the loop's ``redis.asyncio`` client of the cache's server.
-        reads: the loop's reads on that client (``stampede.io._async.batch.reads_of``).
-        key: ``(key, version) -> CacheKey`` as the wrapped cache makes and validates it.
-        wrapped: the wrapped ``RedisCache`` (its ``get_backend_timeout`` and ``version``).
-        dumps, loads: the wrapped cache's serializer.
-    """
-
-    #: Every call: Django's ``RedisCache`` takes no keyword argument of its own.
-    CALLS = frozenset(
-        {"get", "get_many", "has_key", "add", "set", "touch", "delete", "incr", "decr"}
-        | {"set_many", "delete_many", "clear", "incr_version", "decr_version"}
-    )
-
-    def __init__(
-        self,
-        client: Any,
-        reads: ReadBatch | DirectReads,
-        key: Callable[[Any, Any], CacheKey],
-        wrapped: Any,
-        dumps: Callable[[Any], Any],
-        loads: Callable[[bytes], Any],
-    ) -> None:
-        self.client = client
-        self._reads = reads
-        self._key = key
-        self._wrapped = wrapped
-        self._dumps = dumps
-        self._loads = loads
+    #: The loop's ``redis.asyncio`` client of the cache's server.
+    client: Any
+    #: The loop's reads on that client (``stampede.io._async.batch.reads_of``).
+    reads: ReadBatch | DirectReads
+    #: ``(key, version) -> CacheKey`` as the wrapped cache makes and validates it.
+    key: Callable[[Any, Any], CacheKey]
+    #: The wrapped ``RedisCache`` (its ``get_backend_timeout`` and ``version``).
+    wrapped: Any
+    #: The wrapped cache's serializer, and back.
+    dumps: Callable[[Any], Any]
+    loads: Callable[[bytes], Any]
 
     def serves(self, name: str, kwargs: dict[str, Any]) -> bool:
         """Return True if this object makes the call ``name`` (with any arguments)."""
-        return name in self.CALLS
+        return name in _CALLS
 
     def _full(self, key: Any, version: Any) -> Any:
-        return self._key(key, version).full
+        return self.key(key, version).full
 
     def _timeout(self, timeout: Any) -> Any:
-        return self._wrapped.get_backend_timeout(timeout)
+        return self.wrapped.get_backend_timeout(timeout)
 
     async def aget(self, key: Any, default: Any = None, version: Any = None) -> Any:
-        raw = await self._reads.get(self._full(key, version))
-        return default if raw is None else self._loads(raw)
+        raw = await self.reads.get(self._full(key, version))
+        return default if raw is None else self.loads(raw)
 
     async def aget_many(self, keys: Any, version: Any = None) -> dict[Any, Any]:
         by_full = {self._full(key, version): key for key in keys}
         if not by_full:
             return {}
         fulls = list(by_full)
-        found = zip(fulls, await self._reads.get_many(fulls), strict=True)
-        return {by_full[full]: self._loads(raw) for full, raw in found if raw is not None}
+        found = zip(fulls, await self.reads.get_many(fulls), strict=True)
+        return {by_full[full]: self.loads(raw) for full, raw in found if raw is not None}
 
     async def ahas_key(self, key: Any, version: Any = None) -> bool:
-        return bool(await self._reads.exists(self._full(key, version)))
+        return bool(await self.reads.exists(self._full(key, version)))
+
+    async def _written(self, key: Any, value: Any, timeout: Any, version: Any) -> tuple[Any, ...]:
+        """Return (the full key, Django's backend timeout, the stored bytes) of a write."""
+        full, timeout = self._full(key, version), self._timeout(timeout)
+        return full, timeout, await encoded(self.dumps, value)
 
     async def aadd(
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
     ) -> bool:
-        full, timeout = self._full(key, version), self._timeout(timeout)
-        data = await encoded(self._dumps, value)
+        full, timeout, data = await self._written(key, value, timeout, version)
         if timeout == 0:
             # Django's: an add that expires at once succeeds where the key was free.
             added = bool(await self.client.set(full, data, nx=True))
@@ -109,8 +103,7 @@ class BuiltinRedisCommands:
     async def aset(
         self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: Any = None
     ) -> None:
-        full, timeout = self._full(key, version), self._timeout(timeout)
-        data = await encoded(self._dumps, value)
+        full, timeout, data = await self._written(key, value, timeout, version)
         if timeout == 0:
             await self.client.delete(full)
         else:
@@ -130,10 +123,10 @@ class BuiltinRedisCommands:
         # The client Django's incr writes through (its get_client(key, write=True): the
         # primary), on this loop; a client that is not redis-py's (a subclass's own, a test
         # double) is the wrapped cache's business: its own aincr.
-        chosen = write_client(self._wrapped, full)
+        chosen = write_client(self.wrapped, full)
         client = None if chosen is None else clients.async_twin(chosen, loop_state().clients)
         if client is None:
-            return await self._wrapped.aincr(key, delta, version)
+            return await self.wrapped.aincr(key, delta, version)
         if not await client.exists(full):
             raise ValueError(f"Key '{full}' not found.")
         return await client.incr(full, delta)
@@ -146,7 +139,7 @@ class BuiltinRedisCommands:
     ) -> list[Any]:
         if not data:
             return []
-        safe = {self._full(k, version): await encoded(self._dumps, v) for k, v in data.items()}
+        safe = {self._full(k, version): await encoded(self.dumps, v) for k, v in data.items()}
         timeout = self._timeout(timeout)
         # As Django's: MSET and an EXPIRE per key, in one MULTI (redis-py's default pipeline).
         async with self.client.pipeline() as pipeline:
@@ -168,7 +161,7 @@ class BuiltinRedisCommands:
     async def aincr_version(self, key: Any, delta: int = 1, version: Any = None) -> int:
         """As ``BaseCache.aincr_version``: the value moves to ``version + delta``."""
         if version is None:
-            version = self._wrapped.version
+            version = self.wrapped.version
         missing = object()
         value = await self.aget(key, missing, version=version)
         if value is missing:

@@ -14,8 +14,9 @@ so a waiter is never sent back to its loader by a copy whose invalidation is sti
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import tags
@@ -32,16 +33,18 @@ from ..core.verdict import fresh_value
 from ..io.tracking import tracker_for
 
 
+@dataclass(slots=True, repr=False, eq=False)
 class NearReads:
     """A near cache of ``store``'s records under ``prefix``, kept true by Redis's reports."""
 
-    __slots__ = ("decode", "near", "prefix", "store")
+    near: NearCache
+    store: NearStore
+    prefix: str
+    #: The store's decoding of a kept copy (read on every hit: bound once).
+    decode: Callable[[Any], Any] = field(init=False)
 
-    def __init__(self, near: NearCache, store: NearStore, prefix: str) -> None:
-        self.near = near
-        self.store = store
-        self.prefix = prefix
-        self.decode = store.decode_copy
+    def __post_init__(self) -> None:
+        self.decode = self.store.decode_copy
 
     def __repr__(self) -> str:
         return f"<NearReads {self.prefix!r} {self.near!r}>"

@@ -5,9 +5,9 @@ Written once, for asyncio (the ``a*`` methods), and generated for threads by
 as Django's own ``redis.py`` writes its methods: it calls the wrapped cache, then one named
 step of ours:
 
-- a write drops this process's copies of its keys (``_forget_copies``: the near cache's, and
-  those kept through an outage), whether it succeeded or raised (a Redis gone mid-call may
-  still have applied it);
+- a write drops this process's copies of its keys (``_writing``: the near cache's, and those
+  kept through an outage), whether it succeeded or raised (a Redis gone mid-call may still
+  have applied it);
 - ``delete``, ``delete_many`` and a version's move first void the fills of their keys in
   progress (``_avoid_fills``), so no load begun before the delete stores after it;
 - a call that changes a value's life drops its fill's meta (``_adrop_meta``): the value then
@@ -26,6 +26,7 @@ names, at the positions it gives them (django-redis keeps its own after them).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async  # on asyncio only: the generated module drops it
@@ -56,6 +57,7 @@ class AsyncCacheMethods:
         def _resolve_timeout(self, timeout: Any) -> float | None: ...
         def _near_served(self, key: Any, version: Any) -> Any: ...
         def _forget_copies(self, keys: Any, version: Any) -> None: ...
+        def _writing(self, keys: Any, version: Any) -> AbstractContextManager[None]: ...
         def _forget_all_copies(self) -> None: ...
 
         # unasync: async only
@@ -66,10 +68,11 @@ class AsyncCacheMethods:
         # unasync: end
 
     # -- reads ------------------------------------------------------------------------------
+    #
+    # Django's signatures, as its own redis.py writes them, then the wrapped cache's own
+    # arguments (django-redis's ``client=``, ``nx=``...), passed through as given.
 
-    async def aget(
-        self, key: Any, default: Any = None, version: Any = None, *args: Any, **kwargs: Any
-    ) -> Any:
+    async def aget(self, key, default=None, version=None, *args, **kwargs) -> Any:
         reads = None if args or kwargs else self._anear_reads()
         if reads is not None:
             try:
@@ -79,9 +82,7 @@ class AsyncCacheMethods:
         backend = self._abackend("get", args, kwargs)
         return answers.older(await backend.aget(key, default, version, *args, **kwargs), default)
 
-    async def aget_many(
-        self, keys: Any, version: Any = None, *args: Any, **kwargs: Any
-    ) -> dict[Any, Any]:
+    async def aget_many(self, keys, version=None, *args, **kwargs) -> dict[Any, Any]:
         reads = None if args or kwargs else self._anear_reads()
         if reads is not None:
             keys = list(keys)  # read twice if Redis fails: here, and by the wrapped cache
@@ -93,104 +94,56 @@ class AsyncCacheMethods:
         backend = self._abackend("get_many", args, kwargs)
         return answers.older_many(await backend.aget_many(keys, version, *args, **kwargs))
 
-    async def ahas_key(self, key: Any, version: Any = None, *args: Any, **kwargs: Any) -> bool:
+    async def ahas_key(self, key, version=None, *args, **kwargs) -> bool:
         backend = self._abackend("has_key", args, kwargs)
         return bool(await backend.ahas_key(key, version, *args, **kwargs))
 
     # -- writes: the wrapped cache's, then this process's copies of the keys dropped -----------
 
-    async def aadd(
-        self,
-        key: Any,
-        value: Any,
-        timeout: Any = DEFAULT_TIMEOUT,
-        version: Any = None,
-        *args: Any,
-        **kwargs: Any,
-    ) -> Any:
-        try:
-            return await self._abackend("add", args, kwargs).aadd(
-                key, value, timeout, version, *args, **kwargs
-            )
-        finally:
-            self._forget_copies([key], version)
+    async def aadd(self, key, value, timeout=DEFAULT_TIMEOUT, version=None, *args, **kwargs) -> Any:
+        backend = self._abackend("add", args, kwargs)
+        with self._writing([key], version):
+            return await backend.aadd(key, value, timeout, version, *args, **kwargs)
 
-    async def aset(
-        self,
-        key: Any,
-        value: Any,
-        timeout: Any = DEFAULT_TIMEOUT,
-        version: Any = None,
-        *args: Any,
-        **kwargs: Any,
-    ) -> Any:
-        try:
-            return await self._abackend("set", args, kwargs).aset(
-                key, value, timeout, version, *args, **kwargs
-            )
-        finally:
-            self._forget_copies([key], version)
+    async def aset(self, key, value, timeout=DEFAULT_TIMEOUT, version=None, *args, **kwargs) -> Any:
+        backend = self._abackend("set", args, kwargs)
+        with self._writing([key], version):
+            return await backend.aset(key, value, timeout, version, *args, **kwargs)
 
-    async def aset_many(
-        self,
-        data: Any,
-        timeout: Any = DEFAULT_TIMEOUT,
-        version: Any = None,
-        *args: Any,
-        **kwargs: Any,
-    ) -> Any:
+    async def aset_many(self, data, timeout=DEFAULT_TIMEOUT, version=None, *args, **kwargs) -> Any:
         data = dict(data)  # read once: by the wrapped cache, then for its keys
-        try:
-            return await self._abackend("set_many", args, kwargs).aset_many(
-                data, timeout, version, *args, **kwargs
-            )
-        finally:
-            self._forget_copies(data, version)
+        backend = self._abackend("set_many", args, kwargs)
+        with self._writing(data, version):
+            return await backend.aset_many(data, timeout, version, *args, **kwargs)
 
-    async def aincr(
-        self, key: Any, delta: int = 1, version: Any = None, *args: Any, **kwargs: Any
-    ) -> Any:
-        try:
+    async def aincr(self, key, delta=1, version=None, *args, **kwargs) -> Any:
+        with self._writing([key], version):
             return await self._abackend("incr", args, kwargs).aincr(
                 key, delta, version, *args, **kwargs
             )
-        finally:
-            self._forget_copies([key], version)
 
-    async def adecr(
-        self, key: Any, delta: int = 1, version: Any = None, *args: Any, **kwargs: Any
-    ) -> Any:
-        try:
+    async def adecr(self, key, delta=1, version=None, *args, **kwargs) -> Any:
+        with self._writing([key], version):
             return await self._abackend("decr", args, kwargs).adecr(
                 key, delta, version, *args, **kwargs
             )
-        finally:
-            self._forget_copies([key], version)
 
-    async def atouch(
-        self,
-        key: Any,
-        timeout: Any = DEFAULT_TIMEOUT,
-        version: Any = None,
-        *args: Any,
-        **kwargs: Any,
-    ) -> Any:
+    async def atouch(self, key, timeout=DEFAULT_TIMEOUT, version=None, *args, **kwargs) -> Any:
         # A value whose life changes lives by its new TTL alone: its fill's meta is dropped (a
         # soft expiry set for the old life would refresh it early).
+        backend = self._abackend("touch", args, kwargs)
         try:
-            return await self._abackend("touch", args, kwargs).atouch(
-                key, timeout, version, *args, **kwargs
-            )
+            return await backend.atouch(key, timeout, version, *args, **kwargs)
         finally:
             await self._adrop_meta([key], version)
 
-    async def aclear(self, *args: Any, **kwargs: Any) -> Any:
+    async def aclear(self, *args, **kwargs) -> Any:
         try:
             return await self._abackend("clear", args, kwargs).aclear(*args, **kwargs)
         finally:
             self._forget_all_copies()
 
-    async def aclose(self, *args: Any, **kwargs: Any) -> Any:
+    async def aclose(self, *args, **kwargs) -> Any:
         return await self._wrapped.aclose(*args, **kwargs)
 
     # -- deletes: fills in progress voided first, then the wrapped cache's delete --------------
@@ -200,53 +153,36 @@ class AsyncCacheMethods:
     # began in between would be voided too, and its key loaded twice). A delete whose fills
     # could not be voided still deletes, then raises that error: its own error wins.
 
-    async def adelete(self, key: Any, version: Any = None, *args: Any, **kwargs: Any) -> Any:
+    async def adelete(self, key, version=None, *args, **kwargs) -> Any:
         unvoided = await self._avoid_fills([key], version)
-        try:
+        with self._writing([key], version):
             deleted = await self._abackend("delete", args, kwargs).adelete(
                 key, version, *args, **kwargs
             )
-        finally:
-            self._forget_copies([key], version)
         return answers.raised(unvoided, deleted)
 
-    async def adelete_many(self, keys: Any, version: Any = None, *args: Any, **kwargs: Any) -> Any:
+    async def adelete_many(self, keys, version=None, *args, **kwargs) -> Any:
         keys = list(keys)  # read once: voided, then deleted
         unvoided = await self._avoid_fills(keys, version)
-        try:
-            deleted = await self._abackend("delete_many", args, kwargs).adelete_many(
-                keys, version, *args, **kwargs
-            )
-        finally:
-            self._forget_copies(keys, version)
+        backend = self._abackend("delete_many", args, kwargs)
+        with self._writing(keys, version):
+            deleted = await backend.adelete_many(keys, version, *args, **kwargs)
         return answers.raised(unvoided, deleted)
 
     # The value moves to the new version (without its fill's meta: it reads as a plain value
     # there), and a fill of the old one in progress is voided, as ``delete`` voids it.
 
-    async def aincr_version(
-        self, key: Any, delta: int = 1, version: Any = None, *args: Any, **kwargs: Any
-    ) -> Any:
-        try:
-            moved = await self._abackend("incr_version", args, kwargs).aincr_version(
-                key, delta, version, *args, **kwargs
-            )
-        finally:
-            self._forget_copies([key], version)
-        await self._amoved(key, version, moved)
-        return moved
+    async def aincr_version(self, key, delta=1, version=None, *args, **kwargs) -> Any:
+        backend = self._abackend("incr_version", args, kwargs)
+        with self._writing([key], version):
+            moved = await backend.aincr_version(key, delta, version, *args, **kwargs)
+        return await self._amoved(key, version, moved)
 
-    async def adecr_version(
-        self, key: Any, delta: int = 1, version: Any = None, *args: Any, **kwargs: Any
-    ) -> Any:
-        try:
-            moved = await self._abackend("decr_version", args, kwargs).adecr_version(
-                key, delta, version, *args, **kwargs
-            )
-        finally:
-            self._forget_copies([key], version)
-        await self._amoved(key, version, moved)
-        return moved
+    async def adecr_version(self, key, delta=1, version=None, *args, **kwargs) -> Any:
+        backend = self._abackend("decr_version", args, kwargs)
+        with self._writing([key], version):
+            moved = await backend.adecr_version(key, delta, version, *args, **kwargs)
+        return await self._amoved(key, version, moved)
 
     # -- the stampede-safe fill -------------------------------------------------------------
 
@@ -392,9 +328,9 @@ class AsyncCacheMethods:
         # unasync: end
         await filler.store.drop_meta(named)
 
-    async def _amoved(self, key: Any, version: Any, moved: Any) -> None:
-        """A value moved from ``version`` to ``moved``: its old fills are void, and the copies
-        of the version it moved to are dropped."""
+    async def _amoved(self, key: Any, version: Any, moved: Any) -> Any:
+        """Return ``moved``, the version a value moved to from ``version``, once the fills of the
+        old one are void and this process's copies of the new one dropped."""
         unvoided = await self._avoid_fills([key], version)
         self._forget_copies([key], moved)
-        answers.raised(unvoided, None)
+        return answers.raised(unvoided, moved)

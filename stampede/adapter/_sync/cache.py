@@ -7,9 +7,9 @@ Written once, for asyncio (the ``a*`` methods), and generated for threads by
 as Django's own ``redis.py`` writes its methods: it calls the wrapped cache, then one named
 step of ours:
 
-- a write drops this process's copies of its keys (``_forget_copies``: the near cache's, and
-  those kept through an outage), whether it succeeded or raised (a Redis gone mid-call may
-  still have applied it);
+- a write drops this process's copies of its keys (``_writing``: the near cache's, and those
+  kept through an outage), whether it succeeded or raised (a Redis gone mid-call may still
+  have applied it);
 - ``delete``, ``delete_many`` and a version's move first void the fills of their keys in
   progress (``_void_fills``), so no load begun before the delete stores after it;
 - a call that changes a value's life drops its fill's meta (``_drop_meta``): the value then
@@ -28,6 +28,7 @@ names, at the positions it gives them (django-redis keeps its own after them).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
@@ -57,13 +58,15 @@ class CacheMethods:
         def _resolve_timeout(self, timeout: Any) -> float | None: ...
         def _near_served(self, key: Any, version: Any) -> Any: ...
         def _forget_copies(self, keys: Any, version: Any) -> None: ...
+        def _writing(self, keys: Any, version: Any) -> AbstractContextManager[None]: ...
         def _forget_all_copies(self) -> None: ...
 
     # -- reads ------------------------------------------------------------------------------
+    #
+    # Django's signatures, as its own redis.py writes them, then the wrapped cache's own
+    # arguments (django-redis's ``client=``, ``nx=``...), passed through as given.
 
-    def get(
-        self, key: Any, default: Any = None, version: Any = None, *args: Any, **kwargs: Any
-    ) -> Any:
+    def get(self, key, default=None, version=None, *args, **kwargs) -> Any:
         reads = None if args or kwargs else self._near_reads()
         if reads is not None:
             try:
@@ -73,7 +76,7 @@ class CacheMethods:
         backend = self._backend("get", args, kwargs)
         return answers.older(backend.get(key, default, version, *args, **kwargs), default)
 
-    def get_many(self, keys: Any, version: Any = None, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+    def get_many(self, keys, version=None, *args, **kwargs) -> dict[Any, Any]:
         reads = None if args or kwargs else self._near_reads()
         if reads is not None:
             keys = list(keys)  # read twice if Redis fails: here, and by the wrapped cache
@@ -85,96 +88,52 @@ class CacheMethods:
         backend = self._backend("get_many", args, kwargs)
         return answers.older_many(backend.get_many(keys, version, *args, **kwargs))
 
-    def has_key(self, key: Any, version: Any = None, *args: Any, **kwargs: Any) -> bool:
+    def has_key(self, key, version=None, *args, **kwargs) -> bool:
         backend = self._backend("has_key", args, kwargs)
         return bool(backend.has_key(key, version, *args, **kwargs))
 
     # -- writes: the wrapped cache's, then this process's copies of the keys dropped -----------
 
-    def add(
-        self,
-        key: Any,
-        value: Any,
-        timeout: Any = DEFAULT_TIMEOUT,
-        version: Any = None,
-        *args: Any,
-        **kwargs: Any,
-    ) -> Any:
-        try:
-            return self._backend("add", args, kwargs).add(
-                key, value, timeout, version, *args, **kwargs
-            )
-        finally:
-            self._forget_copies([key], version)
+    def add(self, key, value, timeout=DEFAULT_TIMEOUT, version=None, *args, **kwargs) -> Any:
+        backend = self._backend("add", args, kwargs)
+        with self._writing([key], version):
+            return backend.add(key, value, timeout, version, *args, **kwargs)
 
-    def set(
-        self,
-        key: Any,
-        value: Any,
-        timeout: Any = DEFAULT_TIMEOUT,
-        version: Any = None,
-        *args: Any,
-        **kwargs: Any,
-    ) -> Any:
-        try:
-            return self._backend("set", args, kwargs).set(
-                key, value, timeout, version, *args, **kwargs
-            )
-        finally:
-            self._forget_copies([key], version)
+    def set(self, key, value, timeout=DEFAULT_TIMEOUT, version=None, *args, **kwargs) -> Any:
+        backend = self._backend("set", args, kwargs)
+        with self._writing([key], version):
+            return backend.set(key, value, timeout, version, *args, **kwargs)
 
-    def set_many(
-        self,
-        data: Any,
-        timeout: Any = DEFAULT_TIMEOUT,
-        version: Any = None,
-        *args: Any,
-        **kwargs: Any,
-    ) -> Any:
+    def set_many(self, data, timeout=DEFAULT_TIMEOUT, version=None, *args, **kwargs) -> Any:
         data = dict(data)  # read once: by the wrapped cache, then for its keys
-        try:
-            return self._backend("set_many", args, kwargs).set_many(
-                data, timeout, version, *args, **kwargs
-            )
-        finally:
-            self._forget_copies(data, version)
+        backend = self._backend("set_many", args, kwargs)
+        with self._writing(data, version):
+            return backend.set_many(data, timeout, version, *args, **kwargs)
 
-    def incr(self, key: Any, delta: int = 1, version: Any = None, *args: Any, **kwargs: Any) -> Any:
-        try:
+    def incr(self, key, delta=1, version=None, *args, **kwargs) -> Any:
+        with self._writing([key], version):
             return self._backend("incr", args, kwargs).incr(key, delta, version, *args, **kwargs)
-        finally:
-            self._forget_copies([key], version)
 
-    def decr(self, key: Any, delta: int = 1, version: Any = None, *args: Any, **kwargs: Any) -> Any:
-        try:
+    def decr(self, key, delta=1, version=None, *args, **kwargs) -> Any:
+        with self._writing([key], version):
             return self._backend("decr", args, kwargs).decr(key, delta, version, *args, **kwargs)
-        finally:
-            self._forget_copies([key], version)
 
-    def touch(
-        self,
-        key: Any,
-        timeout: Any = DEFAULT_TIMEOUT,
-        version: Any = None,
-        *args: Any,
-        **kwargs: Any,
-    ) -> Any:
+    def touch(self, key, timeout=DEFAULT_TIMEOUT, version=None, *args, **kwargs) -> Any:
         # A value whose life changes lives by its new TTL alone: its fill's meta is dropped (a
         # soft expiry set for the old life would refresh it early).
+        backend = self._backend("touch", args, kwargs)
         try:
-            return self._backend("touch", args, kwargs).touch(
-                key, timeout, version, *args, **kwargs
-            )
+            return backend.touch(key, timeout, version, *args, **kwargs)
         finally:
             self._drop_meta([key], version)
 
-    def clear(self, *args: Any, **kwargs: Any) -> Any:
+    def clear(self, *args, **kwargs) -> Any:
         try:
             return self._backend("clear", args, kwargs).clear(*args, **kwargs)
         finally:
             self._forget_all_copies()
 
-    def close(self, *args: Any, **kwargs: Any) -> Any:
+    def close(self, *args, **kwargs) -> Any:
         return self._wrapped.close(*args, **kwargs)
 
     # -- deletes: fills in progress voided first, then the wrapped cache's delete --------------
@@ -184,51 +143,34 @@ class CacheMethods:
     # began in between would be voided too, and its key loaded twice). A delete whose fills
     # could not be voided still deletes, then raises that error: its own error wins.
 
-    def delete(self, key: Any, version: Any = None, *args: Any, **kwargs: Any) -> Any:
+    def delete(self, key, version=None, *args, **kwargs) -> Any:
         unvoided = self._void_fills([key], version)
-        try:
+        with self._writing([key], version):
             deleted = self._backend("delete", args, kwargs).delete(key, version, *args, **kwargs)
-        finally:
-            self._forget_copies([key], version)
         return answers.raised(unvoided, deleted)
 
-    def delete_many(self, keys: Any, version: Any = None, *args: Any, **kwargs: Any) -> Any:
+    def delete_many(self, keys, version=None, *args, **kwargs) -> Any:
         keys = list(keys)  # read once: voided, then deleted
         unvoided = self._void_fills(keys, version)
-        try:
-            deleted = self._backend("delete_many", args, kwargs).delete_many(
-                keys, version, *args, **kwargs
-            )
-        finally:
-            self._forget_copies(keys, version)
+        backend = self._backend("delete_many", args, kwargs)
+        with self._writing(keys, version):
+            deleted = backend.delete_many(keys, version, *args, **kwargs)
         return answers.raised(unvoided, deleted)
 
     # The value moves to the new version (without its fill's meta: it reads as a plain value
     # there), and a fill of the old one in progress is voided, as ``delete`` voids it.
 
-    def incr_version(
-        self, key: Any, delta: int = 1, version: Any = None, *args: Any, **kwargs: Any
-    ) -> Any:
-        try:
-            moved = self._backend("incr_version", args, kwargs).incr_version(
-                key, delta, version, *args, **kwargs
-            )
-        finally:
-            self._forget_copies([key], version)
-        self._moved(key, version, moved)
-        return moved
+    def incr_version(self, key, delta=1, version=None, *args, **kwargs) -> Any:
+        backend = self._backend("incr_version", args, kwargs)
+        with self._writing([key], version):
+            moved = backend.incr_version(key, delta, version, *args, **kwargs)
+        return self._moved(key, version, moved)
 
-    def decr_version(
-        self, key: Any, delta: int = 1, version: Any = None, *args: Any, **kwargs: Any
-    ) -> Any:
-        try:
-            moved = self._backend("decr_version", args, kwargs).decr_version(
-                key, delta, version, *args, **kwargs
-            )
-        finally:
-            self._forget_copies([key], version)
-        self._moved(key, version, moved)
-        return moved
+    def decr_version(self, key, delta=1, version=None, *args, **kwargs) -> Any:
+        backend = self._backend("decr_version", args, kwargs)
+        with self._writing([key], version):
+            moved = backend.decr_version(key, delta, version, *args, **kwargs)
+        return self._moved(key, version, moved)
 
     # -- the stampede-safe fill -------------------------------------------------------------
 
@@ -335,9 +277,9 @@ class CacheMethods:
         filler = self._filler()
         filler.store.drop_meta(named)
 
-    def _moved(self, key: Any, version: Any, moved: Any) -> None:
-        """A value moved from ``version`` to ``moved``: its old fills are void, and the copies
-        of the version it moved to are dropped."""
+    def _moved(self, key: Any, version: Any, moved: Any) -> Any:
+        """Return ``moved``, the version a value moved to from ``version``, once the fills of the
+        old one are void and this process's copies of the new one dropped."""
         unvoided = self._void_fills([key], version)
         self._forget_copies([key], moved)
-        answers.raised(unvoided, None)
+        return answers.raised(unvoided, moved)

@@ -173,11 +173,8 @@ def batches(client: Any) -> bool:
 
 def batch_of(client: Any) -> ReadBatch:
     """Return the running loop's read batch on ``client`` (an asyncio client of this loop)."""
-    kept = loop_state().batches
-    batch = kept.get(client)
-    if batch is None:
-        batch = kept[client] = ReadBatch(client)
-    return batch
+    state = loop_state()
+    return state.kept(state.batches, client, ReadBatch)  # type: ignore[no-any-return]
 
 
 class DirectReads:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from ...core import process
@@ -38,6 +39,15 @@ class LoopState:
         self.flight_groups: dict[Any, Any] = {}  # by cache alias
         self.turns: dict[tuple[int, Any], list[Any]] = {}  # local queues, by (pool, lock key)
         self.janitor: asyncio.Task[None] | None = None
+
+    @staticmethod
+    def kept(registry: MutableMapping[Any, Any], key: Any, build: Callable[[Any], Any]) -> Any:
+        """Return what ``registry`` (one of this loop's) holds under ``key``, built as
+        ``build(key)`` the first time."""
+        found = registry.get(key)
+        if found is None:
+            found = registry[key] = build(key)
+        return found
 
     async def _clean_up_at_shutdown(self) -> None:
         try:

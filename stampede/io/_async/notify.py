@@ -317,8 +317,5 @@ class ShardedNotifiers(RouterBase):
 
 
 def _sharded_notifiers_for(cluster: Any) -> ShardedNotifiers:
-    notifiers = loop_state().notifiers
-    router = notifiers.get(cluster)
-    if router is None:
-        router = notifiers[cluster] = ShardedNotifiers(cluster)
-    return router
+    state = loop_state()
+    return state.kept(state.notifiers, cluster, ShardedNotifiers)  # type: ignore[no-any-return]

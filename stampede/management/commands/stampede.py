@@ -17,11 +17,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.core.cache import InvalidCacheBackendError, caches
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.exceptions import RedisError
 
+from stampede.adapter.cache_settings import stampede_cache
 from stampede.backends import StampedeCache
 from stampede.core import events, keys
 from stampede.core.wakeup import INVALIDATED
@@ -149,19 +149,9 @@ class Command(BaseCommand):
 
 def _stampede_cache(alias: str) -> StampedeCache:
     try:
-        cache = caches[alias]
-    except InvalidCacheBackendError as exc:
-        raise CommandError(
-            f"No cache {alias!r} in CACHES; choose one of {sorted(caches.settings)}"
-        ) from exc
+        return stampede_cache(alias, "manage.py stampede --cache")
     except ImproperlyConfigured as exc:
-        raise CommandError(f"Cache {alias!r} is misconfigured: {exc}") from exc
-    if not isinstance(cache, StampedeCache):
-        raise CommandError(
-            f"Cache {alias!r} is a {type(cache).__module__}.{type(cache).__qualname__}, not a "
-            "StampedeCache; pass --cache with the alias of one"
-        )
-    return cache
+        raise CommandError(str(exc)) from exc
 
 
 def _lock_client(cache: StampedeCache, alias: str) -> Any:
