@@ -303,3 +303,17 @@ class PageCacheUpdate(UpdateCacheMiddleware):
 
     def _should_update_cache(self, request: Any, response: Any) -> bool:
         return True
+
+
+# -- the ORM cache's view of transactions -----------------------------------------------------
+
+
+def pending_on_commit(connection: Any) -> list[Any]:
+    """Return the callbacks ``connection``'s open transaction will run on its commit, as
+    Django keeps them (those of a rolled back savepoint already dropped)."""
+    return [entry[1] for entry in connection.run_on_commit]
+
+
+def initialized_connections(connections: Any) -> list[Any]:
+    """Return the database connections of this thread that exist already."""
+    return list(connections.all(initialized_only=True))

@@ -3,7 +3,8 @@
 SECRET_KEY = "stampede-tests-only"
 USE_TZ = True
 # contenttypes: a model whose querysets the drop-in tests cache (their pickling needs the ORM).
-INSTALLED_APPS: list[str] = ["django.contrib.contenttypes"]
+# tests.orm: the ORM query cache's models (stampede.orm).
+INSTALLED_APPS: list[str] = ["django.contrib.contenttypes", "tests.orm"]
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 CACHES = {
     "default": {

@@ -1,0 +1,222 @@
+"""Cached querysets on SQLite: served from the cache, and never after a committed write.
+
+Each test commits for real (``transaction=True``): Django runs on-commit callbacks only when a
+transaction commits, and the marks of written tables are such callbacks.
+"""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.db import connection, transaction
+from django.db.models import Sum
+from django.test.utils import CaptureQueriesContext
+
+import stampede.orm
+from stampede.orm import TablesUnknown
+from tests.orm.models import Category, Label, Product
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def shop(make_cache):
+    make_cache()
+    fruit = Category.objects.create(name="fruit")
+    red = Label.objects.create(name="red")
+    apple = Product.objects.create(name="apple", price=3, category=fruit)
+    apple.labels.add(red)
+    Product.objects.create(name="pear", price=5, category=fruit)
+    return fruit
+
+
+def queries(read):
+    """Return (what ``read()`` returned, how many queries it sent)."""
+    with CaptureQueriesContext(connection) as captured:
+        found = read()
+    return found, len(captured.captured_queries)
+
+
+def names():
+    return sorted(p.name for p in Product.objects.cached())
+
+
+def test_a_cached_queryset_queries_once_then_is_served_from_the_cache(shop):
+    assert queries(names) == (["apple", "pear"], 1)
+    assert queries(names) == (["apple", "pear"], 0)
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        lambda: list(Product.objects.cached().values_list("name", flat=True).order_by("name")),
+        lambda: list(Product.objects.cached().values("name").order_by("name")),
+        lambda: Product.objects.cached().get(name="apple").price,
+        lambda: Product.objects.cached().order_by("name").first().name,
+        lambda: Product.objects.cached().order_by("name").last().name,
+        lambda: Product.objects.cached().count(),
+        lambda: Product.objects.cached().filter(price__gt=4).exists(),
+        lambda: Product.objects.cached().aggregate(total=Sum("price")),
+        lambda: sorted(Product.objects.cached().in_bulk()),
+        lambda: [p.category.name for p in Product.objects.cached().select_related("category")],
+        lambda: [len(p.labels.all()) for p in Product.objects.cached().prefetch_related("labels")],
+    ],
+    ids=[
+        "values_list", "values", "get", "first", "last", "count", "exists", "aggregate",
+        "in_bulk", "select_related", "prefetch_related",
+    ],
+)  # fmt: skip
+def test_every_kind_of_read_is_cached(shop, read):
+    found, _ = queries(read)
+    assert queries(read) == (found, 0)
+
+
+WRITES = {
+    "save": lambda fruit: Product.objects.create(name="plum", price=1, category=fruit),
+    "save an existing row": lambda fruit: _renamed("pear", "plum"),
+    "delete": lambda fruit: Product.objects.get(name="pear").delete(),
+    "delete by cascade": lambda fruit: fruit.delete(),
+    "update": lambda fruit: Product.objects.filter(name="pear").update(name="plum"),
+    "queryset delete": lambda fruit: Product.objects.filter(name="pear").delete(),
+    "bulk_create": lambda fruit: Product.objects.bulk_create([Product(name="plum", category=fruit)]),  # noqa: E501
+    "bulk_update": lambda fruit: _bulk_renamed("pear", "plum"),
+    "get_or_create": lambda fruit: Product.objects.get_or_create(name="plum", category=fruit),
+    "update_or_create": lambda fruit: Product.objects.update_or_create(
+        name="pear", defaults={"name": "plum"}
+    ),
+}  # fmt: skip
+
+
+def _renamed(old, new):
+    product = Product.objects.get(name=old)
+    product.name = new
+    product.save()
+
+
+def _bulk_renamed(old, new):
+    product = Product.objects.get(name=old)
+    product.name = new
+    Product.objects.bulk_update([product], ["name"])
+
+
+@pytest.mark.parametrize("write", list(WRITES))
+def test_every_orm_write_invalidates_what_reads_its_table(shop, write):
+    before = names()
+    WRITES[write](shop)
+
+    after, sent = queries(names)
+
+    assert after == sorted(p.name for p in Product.objects.all())
+    assert after != before
+    assert sent == 1
+
+
+@pytest.mark.parametrize("change", ["add", "remove", "clear", "set"])
+def test_many_to_many_changes_invalidate_the_prefetches_that_read_them(shop, change):
+    def labels():
+        rows = Product.objects.cached().prefetch_related("labels").order_by("name")
+        return [sorted(label.name for label in p.labels.all()) for p in rows]
+
+    green = Label.objects.create(name="green")
+    before = labels()
+    apple, pear = Product.objects.order_by("name")
+    {
+        "add": lambda: pear.labels.add(green),
+        "remove": lambda: apple.labels.remove(*apple.labels.all()),
+        "clear": lambda: apple.labels.clear(),
+        "set": lambda: pear.labels.set([green]),
+    }[change]()
+
+    after, sent = queries(labels)
+
+    assert after != before
+    assert sent == 2  # the products, then their labels
+
+
+def test_a_write_to_a_joined_table_invalidates_a_select_related_read(shop):
+    def categories():
+        return [p.category.name for p in Product.objects.cached().select_related("category")]
+
+    categories()
+    Category.objects.filter(name="fruit").update(name="fruits")
+
+    assert queries(categories) == (["fruits", "fruits"], 1)
+
+
+def test_a_rolled_back_write_marks_nothing(shop):
+    names()
+    with transaction.atomic():
+        Product.objects.create(name="plum", category=shop)
+        transaction.set_rollback(True)
+    with transaction.atomic():
+        try:
+            with transaction.atomic():  # a savepoint, rolled back
+                Product.objects.filter(name="pear").update(price=9)
+                raise RuntimeError
+        except RuntimeError:
+            pass
+        Category.objects.update(name="fruits")  # committed: its own table only
+
+    assert queries(names) == (["apple", "pear"], 0)
+
+
+def test_inside_a_transaction_a_table_it_wrote_is_read_from_the_database(shop):
+    names()
+    with transaction.atomic():
+        Product.objects.create(name="plum", category=shop)
+        assert queries(names) == (["apple", "pear", "plum"], 1)  # its own write
+        assert queries(lambda: Category.objects.cached().count()) == (1, 1)
+        assert queries(lambda: Category.objects.cached().count()) == (1, 0)  # not written
+
+    assert queries(names) == (["apple", "pear", "plum"], 1)  # committed: marked
+    assert queries(names) == (["apple", "pear", "plum"], 0)
+
+
+def test_the_async_forms_are_served_from_the_cache(shop):
+    async def reads():
+        first = await Product.objects.cached().aget(name="apple")
+        counted = await Product.objects.cached().acount()
+        listed = [p.name async for p in Product.objects.cached().order_by("name")]
+        return first.price, counted, listed
+
+    expected = async_to_sync(reads)()
+    assert queries(async_to_sync(reads)) == (expected, 0)
+
+
+def test_disabled_reads_go_to_the_database(shop):
+    names()
+    with stampede.orm.disabled():
+        assert queries(names) == (["apple", "pear"], 1)
+
+
+def test_select_for_update_is_never_cached(shop):
+    with transaction.atomic():
+        read = lambda: list(Product.objects.cached().select_for_update())  # noqa: E731
+        assert queries(read)[1] == 1
+        assert queries(read)[1] == 1
+
+
+def test_a_queryset_whose_tables_cannot_be_known_is_refused_unless_named(shop):
+    extra = Product.objects.cached().extra(where=["price > 1"])
+    with pytest.raises(TablesUnknown, match="extra"):
+        list(extra)
+
+    named = Product.objects.cached(tables=["orm_product"]).extra(where=["price > 1"])
+    assert queries(lambda: len(list(named))) == (2, 1)
+    assert queries(lambda: len(list(named.all()))) == (2, 0)
+
+
+def test_raw_sql_writes_are_invalidated_by_the_documented_call(shop):
+    names()
+    with connection.cursor() as cursor:  # Django's cursor: marked by itself already
+        cursor.execute("UPDATE orm_product SET name = 'plum' WHERE name = 'pear'")
+    assert queries(names) == (["apple", "plum"], 1)
+
+    stampede.orm.invalidate_tables("orm_product")
+    assert queries(names) == (["apple", "plum"], 1)
+
+
+def test_the_manager_carries_the_models_defaults(shop):
+    assert Product.soft.all().cached()._cache_options.soft is True
+    assert Product.soft.all().cached()._cache_options.timeout == 60
+    assert Product.objects.all().cached()._cache_options.soft is False
