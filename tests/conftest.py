@@ -29,6 +29,11 @@ _SHARED_SERVERS = {
 }
 
 
+# First: pytest-xdist reads the xdist_group marks in its own hook of the same name (it suffixes
+# each grouped test's id with "@group", which --dist loadgroup schedules by), and a worker runs
+# that hook before a conftest's; marked after it, no test was grouped and every worker started
+# every set of servers.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         folder = item.path.parent.name
