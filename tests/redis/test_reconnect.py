@@ -11,9 +11,15 @@ connection. Then the proxy forwards again and the loop must recover by itself.
 The failing window is the measurement (attempts and log lines counted over it), not a wait
 for something to happen; everything after it waits on the event itself.
 
-Bounds: at most one attempt per 100 ms per loop (the back-off makes about 8 in 5 s; a
-spinning loop, thousands), and a handful of log lines (``reconnect.FailureLog``: the first
-failure, then one line per 30 s).
+The back-off runs scaled down (``reconnect.BASE`` and ``CAP`` set before each loop is built,
+as the module lets a test do; ``tests/unit/test_reconnect.py`` holds the real values'
+arithmetic): pauses from 10 ms doubling to a 0.2 s cap, so a one-second window sees them reach
+the cap, and the loop recovers within one pause once the proxy forwards again. The loops run
+the same code either way.
+
+Bounds: at most one attempt per 40 ms per loop (the back-off makes about 8 in the window; a
+spinning loop, thousands; one whose pauses never grow, over 100), and a handful of log lines
+(``reconnect.FailureLog``: the first failure, then one line per 30 s).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from redis import asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
+from stampede.core import reconnect
 from stampede.core.near import NearCache
 from stampede.io._async.notify import Notifier as AsyncNotifier
 from stampede.io._async.notify import ShardedNotifiers as AsyncShardedNotifiers
@@ -41,12 +48,22 @@ from stampede.testing import RedisServer, find_redis_server, free_port, server_v
 from tests.faults.proxy import Proxy
 from tests.helpers import wait_until
 
-FAILING_FOR = 5.0
-#: One attempt per 100 ms at most.
-MOST_ATTEMPTS = int(FAILING_FOR / 0.1)
+FAILING_FOR = 1.0
+#: The back-off of every loop here: its first pause and its cap (seconds).
+BACKOFF_BASE = 0.01
+BACKOFF_CAP = 0.2
+#: One attempt per 40 ms at most.
+MOST_ATTEMPTS = int(FAILING_FOR / 0.04)
 MOST_LOG_LINES = 5
-#: Hang catcher for the recovery: above the back-off's cap (5 s) plus a slow machine's share.
+#: Hang catcher for the recovery: far above the back-off's cap, for a slow machine's share.
 RECOVERY = 30.0
+
+
+@pytest.fixture(autouse=True)
+def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scale every loop's back-off down (read when each loop is built, so set before)."""
+    monkeypatch.setattr(reconnect, "BASE", BACKOFF_BASE)
+    monkeypatch.setattr(reconnect, "CAP", BACKOFF_CAP)
 
 
 @pytest.fixture

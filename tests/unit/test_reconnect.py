@@ -28,6 +28,14 @@ def test_pauses_double_from_the_base_to_the_cap_with_at_least_half_of_each(draw)
     assert pauses == pytest.approx([p / 2 + draw * p / 2 for p in full])
 
 
+def test_the_loops_pauses_grow_from_a_tenth_of_a_second_to_five_seconds():
+    """The module's values, read when a Backoff is built (the loops build theirs so)."""
+    backoff = Backoff(clock=Clock(), rand=lambda: 1.0)
+    pauses = [backoff.next_delay() for _ in range(10)]
+    assert pauses == pytest.approx([0.0, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0])
+    assert backoff.healthy == 10.0
+
+
 def test_a_confirmation_alone_does_not_reset_the_pauses():
     clock = Clock()
     backoff = Backoff(base=0.1, cap=5.0, healthy=10.0, clock=clock, rand=lambda: 1.0)
