@@ -44,6 +44,14 @@ class CacheKey(NamedTuple):
         return cls(name, name)
 
 
+class MarkedKey(NamedTuple):
+    """A tagged key as a flight group knows it: its name, and the stamps of its tags its
+    callers read. Callers that read other stamps (a newer invalidation) fly apart."""
+
+    full: Name
+    marks: tuple[Any, ...]
+
+
 def _has_hash_tag(name: Name) -> bool:
     # Redis Cluster hashes the part between the first "{" and the first "}" after it,
     # provided that part is not empty.

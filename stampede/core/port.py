@@ -76,6 +76,10 @@ class MissCheck(Protocol):
 class Store(Protocol):
     """Where one cache's records live, and the locks that guard their fills."""
 
+    def read_marked(self, key: CacheKey) -> tuple[Any, tuple[Any, ...]]:
+        """Return (the record of ``key``; the stamps of its own tags, read with it)."""
+        ...
+
     def read(self, key: CacheKey) -> Any:
         """Return the stored record of ``key`` (an envelope: a value with its fill's meta; a
         plain value; a failure) or ``MISSING``."""
@@ -120,6 +124,8 @@ class AsyncStore(Protocol):
     """Async twin of :class:`Store`."""
 
     async def read(self, key: CacheKey) -> Any: ...
+
+    async def read_marked(self, key: CacheKey) -> tuple[Any, tuple[Any, ...]]: ...
 
     def lock(self, key: CacheKey, ttl: float) -> AsyncFillLock: ...
 

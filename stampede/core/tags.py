@@ -56,6 +56,11 @@ def checked_tags(tags: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(named))  # each once, in order
 
 
+def filed(record: Any) -> bool:
+    """Return True if ``record`` is filed under tags (its stamps decide whether it holds)."""
+    return type(record) is Envelope and bool(record.tags)
+
+
 def missing_stamps(record: Any, known: Mapping[Name, Any]) -> list[Name]:
     """Return the stamp keys ``record`` is filed under that ``known`` has not read yet."""
     if type(record) is not Envelope or not record.tags:

@@ -6,6 +6,9 @@ USE_TZ = True
 # tests.orm: the ORM query cache's models (stampede.orm).
 INSTALLED_APPS: list[str] = ["django.contrib.contenttypes", "tests.orm"]
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+# The ORM cache's own alias: only its tests configure it, so the writes of the other tests
+# (which count their Redis commands) mark no table.
+STAMPEDE_ORM = {"CACHE": "orm"}
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.locmem.LocMemCache",

@@ -220,3 +220,59 @@ def test_the_manager_carries_the_models_defaults(shop):
     assert Product.soft.all().cached()._cache_options.soft is True
     assert Product.soft.all().cached()._cache_options.timeout == 60
     assert Product.objects.all().cached()._cache_options.soft is False
+
+
+def test_a_read_that_begins_after_a_commit_never_joins_a_load_begun_before_it(shop, redis):
+    """Timeline: A's load reads the products (then waits, in its prefetch's query); a write
+    commits; B starts its read. B must not be handed A's result, which is older than the
+    commit; and A's result, stored, is not served after it."""
+    import threading
+
+    from django.core.cache import caches
+    from django.db import connections
+
+    from stampede.core.keys import done_channel
+    from stampede.orm import keys
+    from tests.helpers import wait_until
+
+    def cached():
+        return Product.objects.cached().prefetch_related("labels")
+
+    def prices():
+        return sorted(p.price for p in cached())
+
+    products_read, proceed = threading.Event(), threading.Event()
+
+    def held_prefetch(execute, sql, params, many, context):
+        if sql.startswith("SELECT") and "orm_label" in sql and not products_read.is_set():
+            products_read.set()
+            proceed.wait(30)
+        return execute(sql, params, many, context)
+
+    found = {}
+
+    def read(name, hold):
+        try:
+            if hold:
+                with connections["default"].execute_wrapper(held_prefetch):
+                    found[name] = prices()
+            else:
+                found[name] = prices()
+        finally:
+            connections.close_all()
+
+    a = threading.Thread(target=read, args=("a", True))
+    a.start()
+    assert products_read.wait(30)
+    Product.objects.filter(name="pear").update(price=8)  # committed (autocommit) and marked
+    b = threading.Thread(target=read, args=("b", False))
+    b.start()
+    full = caches["orm"].make_key(keys.query_key(cached(), "rows", cached()._shape()))
+    wait_until(lambda: redis.pubsub_numsub(done_channel(full))[0][1] >= 1, "B waits for A")
+    proceed.set()
+    a.join(30)
+    b.join(30)
+
+    assert found["a"] == [3, 5]  # its load began before the commit
+    assert found["b"] == [3, 8]  # began after it: never A's result
+    assert prices() == [3, 8]  # A's result was stored as invalidated

@@ -32,7 +32,7 @@ from typing import Any
 
 from ...core import calls, flight
 from ...core.clock import SYSTEM_CLOCK, Clock
-from ...core.keys import CacheKey, Name
+from ...core.keys import CacheKey, MarkedKey, Name
 from ...core.missing import MISSING
 from ...core.options import FillOptions
 from ...core.outage import Outage
@@ -122,16 +122,28 @@ class Filler:
             copied = near.fresh(key.full, options, self.clock)
             if copied is not MISSING:
                 return copied
-        failed_read: flight.StoreUnavailable | None = None  # the hit read's, on an event loop
+        failed_read: flight.StoreUnavailable | None = None  # the hit read's
+        flight_key: Any = key.full
+        if key.tags:
+            # A tagged key is read before coalescing, with its tags' stamps, and joins only a
+            # flight of callers that read the same stamps: one begun before an invalidation
+            # this caller saw (a commit, for the ORM) would hand it a result older than it.
+            early, marks = await self._marked_value(key, options)
+            flight_key = MarkedKey(key.full, marks)
+            if isinstance(early, flight.StoreUnavailable):
+                failed_read = early  # the leader does not read again
+            elif early is not MISSING:
+                return unwrap_private(early)
         # unasync: async only
-        # On an event loop a hit is read before coalescing: the reads of one turn of the loop
-        # go out as one command (``io/_async/batch.py``), so a cold key still costs the process one
-        # read per turn, and a hit costs less than joining a flight (futures, a timer).
-        early = await self._fresh_value(key, options)
-        if isinstance(early, flight.StoreUnavailable):
-            failed_read = early  # the leader does not read again: a silent Redis costs one wait
-        elif early is not MISSING:
-            return unwrap_private(early)
+        else:
+            # On an event loop a hit is read before coalescing: the reads of one turn of the
+            # loop go out as one command (``io/_async/batch.py``), so a cold key still costs the
+            # process one read per turn, and a hit costs less than joining a flight.
+            early = await self._fresh_value(key, options)
+            if isinstance(early, flight.StoreUnavailable):
+                failed_read = early  # the leader does not read again: a silent Redis costs one
+            elif early is not MISSING:
+                return unwrap_private(early)
         # unasync: end
         own = False  # True once this caller's own loader made the value (see DontCache)
 
@@ -187,7 +199,7 @@ class Filler:
                     protocol, self.store, key, loader, options.lock_ttl, outage=self.outage
                 )
 
-        value = await self.flights.run(key.full, lead, options.wait_timeout, on_follow_timeout)
+        value = await self.flights.run(flight_key, lead, options.wait_timeout, on_follow_timeout)
         if flight.needs_own_load(value, own):
             with filling(key, near):
                 value = await run_protocol(
@@ -230,6 +242,23 @@ class Filler:
         return fresh_value(seen, options, self.clock)
 
     # unasync: end
+
+    async def _marked_value(
+        self, key: CacheKey, options: FillOptions
+    ) -> tuple[Any, tuple[Any, ...]]:
+        """Return (the value of tagged ``key`` if fresh, else ``MISSING`` or the store's error;
+        the stamps of its tags, read with it: the mark of the flight it may join)."""
+        try:
+            if self.near is not None:  # through the near cache first: it keeps the copies
+                value = fresh_value(await self._first_read(key), options, self.clock)
+                if value is not MISSING:
+                    return value, ()
+            seen, marks = await self.store.read_marked(key)
+        except STORE_ERRORS as exc:
+            return self.outage.unavailable(exc, key, "Read"), ()
+        if self._read_answers:
+            self.outage.answered()
+        return fresh_value(seen, options, self.clock), marks
 
     async def void(self, *keys: CacheKey | Name) -> None:
         """Void fills of ``keys`` in progress (their values must not be stored) and wake their

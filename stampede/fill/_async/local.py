@@ -78,7 +78,7 @@ class FlightGroup:
         on_follow_timeout: Callable[[float], Awaitable[Any]],
     ) -> Any:
         arrived = time.monotonic()
-        events.emit("coalesced", key=key)
+        events.emit("coalesced", key=getattr(key, "full", key))  # a MarkedKey's name
         deadline = None if follow_timeout is None else arrived + follow_timeout
         answer = flight.answer
         # Waited on without wait_for: a follower that gives up (or is cancelled) must not

@@ -52,6 +52,13 @@ class BackendStore:
         found = self.backend.get_many(layout.read_names(key), version=key.version)
         return self.judged(layout.record_of(key, found))
 
+    def read_marked(self, key: CacheKey) -> tuple[Any, tuple[Any, ...]]:
+        """Return (the record of ``key``; the stamps of the call's own tags, read after it)."""
+        record = self.read(key)
+        if not key.tags:
+            return record, ()
+        return record, tuple(tag_stamps.read(self.client, key.tags, cluster=False))
+
     def judged(self, record: Any) -> Any:
         """Return ``record`` as its tags' stamps, in the lock's Redis, leave it."""
         missing = tags.missing_stamps(record, {})

@@ -19,8 +19,9 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from ...core import events, flight
+from ...core import events, flight, tags
 from ...core.keys import CacheKey
+from ...core.missing import MISSING
 from ...core.outage import Outage
 from ...core.port import FillLock, Store
 from ...core.wakeup import TIMED_OUT
@@ -101,6 +102,10 @@ class FlightIO:
             started = time.monotonic()
             wake = self._wait(step.seconds)
             events.emit("waited", key=self.key.full, duration=time.monotonic() - started)
+            if wake is not TIMED_OUT and tags.filed(wake.record):
+                # A tagged record is read from Redis with its tags' stamps, not taken from the
+                # message: its load may have raced an invalidation this waiter must see.
+                wake.record = MISSING
             return wake
         if isinstance(step, flight.Load):
             return self._load(step)

@@ -92,7 +92,7 @@ class FlightGroup:
         if found is None:
             return self._lead(key, flight, lead)
         arrived = time.monotonic()
-        events.emit("coalesced", key=key)
+        events.emit("coalesced", key=getattr(key, "full", key))  # a MarkedKey's name
         deadline = None if follow_timeout is None else arrived + follow_timeout
         with self._lock:
             changed = found.changed

@@ -99,6 +99,20 @@ class RedisStore:
             return record  # a hit of an untagged key: nothing more to read
         return self.judged(record, {})
 
+    def read_marked(self, key: CacheKey) -> tuple[Any, tuple[Any, ...]]:
+        """Return (the record of ``key``, as :meth:`read` judges it; the stamps of the call's
+        own tags, as read with it): a flight's mark, which no load begun before it may serve."""
+        stamps = key.tags
+        if not stamps:
+            return self.read(key), ()
+        if self._cluster:
+            record = self.read(key)
+            return record, tuple(self._read_stamps(stamps))
+        replies = self._mget(key.full, meta_key(key.full), *stamps)
+        record = meta.decode(replies[0], replies[1], self.loads)
+        read = tuple(replies[2:])
+        return self.judged(record, tags.by_key(stamps, read)), read
+
     def judged(self, record: Any, known: dict[Name, Any]) -> Any:
         """Return ``record`` as its tags' stamps leave it (``core/tags.py``): the stamps in
         ``known`` were read with it, the others are read now."""
