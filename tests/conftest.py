@@ -55,7 +55,7 @@ def redis_server():
 PATIENT_DEADLINE = 30
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def redis_url(redis_server) -> str:
     """The session server's URL, with a deadline no busy machine reaches (``PATIENT_DEADLINE``)."""
     return (
