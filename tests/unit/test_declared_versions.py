@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: The extras CI's legs install (`[dev,celery]`) and those whose packages dev holds too.
 TESTED_EXTRAS = ("celery", "dev", "zookeeper", "metrics", "demo")
 #: Pinned for a dependency of a dependency, not declared by us (the file says why).
-NOT_OURS = {"kombu"}
+NOT_OURS = {"kombu", "psycopg-binary"}
 
 
 #: The optional extras CI's main leg installs at their lowest (``.ci/constraints-extras.txt``)
