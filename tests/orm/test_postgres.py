@@ -15,7 +15,7 @@ from tests.orm.postgres import PostgresServer, binaries
 
 pytestmark = [
     pytest.mark.xdist_group("postgres"),
-    pytest.mark.skipif(binaries() is None, reason="no PostgreSQL server: apt-get install postgresql"),
+    pytest.mark.skipif(binaries() is None, reason="no PostgreSQL: apt-get install postgresql"),
 ]
 
 

@@ -276,3 +276,20 @@ def test_a_read_that_begins_after_a_commit_never_joins_a_load_begun_before_it(sh
     assert found["a"] == [3, 5]  # its load began before the commit
     assert found["b"] == [3, 8]  # began after it: never A's result
     assert prices() == [3, 8]  # A's result was stored as invalidated
+
+
+def test_the_command_invalidates_tables_written_outside_django(shop):
+    import io
+
+    from django.core.management import CommandError, call_command
+
+    from stampede.management.commands.stampede_invalidate_tables import Command
+
+    names()
+    call_command(Command(), "orm_product", stdout=io.StringIO())
+    assert queries(names) == (["apple", "pear"], 1)
+
+    call_command(Command(), "--all", stdout=io.StringIO())
+    assert queries(names) == (["apple", "pear"], 1)
+    with pytest.raises(CommandError, match="name the tables"):
+        call_command(Command())
