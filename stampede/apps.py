@@ -26,13 +26,14 @@ class StampedeConfig(AppConfig):
 
     def ready(self) -> None:
         from . import signals  # noqa: F401  (herd events become Django signals)
-        from .adapter.checks import check_caches
+        from .adapter.checks import check_caches, check_orm
 
         # A set inside Django's registry: registering again (tests re-populate apps) is a no-op.
         # The "stampede" tag runs these alone: Django's own cache checks build every cache, so
         # a setting our backend refuses stops a full `check` at its first ImproperlyConfigured,
         # while `check --tag stampede` lists every problem with its id.
         checks.register(check_caches, checks.Tags.caches, "stampede")
+        checks.register(check_orm, checks.Tags.caches, "stampede")
         stampede_settings = _stampede_settings()
         if _prometheus_wanted(stampede_settings):
             _install_metrics(stampede_settings.get("PROMETHEUS_KEY_LABEL"))

@@ -46,6 +46,43 @@ def check_caches(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> lis
     return messages
 
 
+#: ``STAMPEDE_ORM``'s keys (``stampede.orm``), and what each must be.
+_ORM_KEYS = {"CACHE": "the alias of a StampedeCache", "TIMEOUT": "seconds", "ENABLED": "a bool"}
+
+
+def check_orm(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """Return the errors of ``settings.STAMPEDE_ORM`` (the ORM cache's settings), if set."""
+    configured = getattr(settings, "CACHES", {}) or {}
+    orm = getattr(settings, "STAMPEDE_ORM", None)
+    if orm is None:
+        return []
+    if not isinstance(orm, dict):
+        return [_orm_error(f"STAMPEDE_ORM must be a dict; got {orm!r}")]
+    unknown = sorted(set(orm) - set(_ORM_KEYS))
+    if unknown:
+        known = ", ".join(f"{key} ({what})" for key, what in _ORM_KEYS.items())
+        return [_orm_error(f"STAMPEDE_ORM has unknown keys {unknown}; it takes {known}")]
+    alias = orm.get("CACHE", "default")
+    entry = configured.get(alias)
+    if not isinstance(entry, dict) or not _is_stampede_backend(entry.get("BACKEND")):
+        return [
+            _orm_error(
+                f"STAMPEDE_ORM['CACHE'] is {alias!r}, which is not a stampede.backends."
+                "StampedeCache in CACHES: cached querysets would not be cached, nor invalidated"
+            )
+        ]
+    timeout = orm.get("TIMEOUT", 300)
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0
+    ):
+        return [_orm_error(f"STAMPEDE_ORM['TIMEOUT'] must be seconds > 0 or None; got {timeout!r}")]
+    return []
+
+
+def _orm_error(message: str) -> Error:
+    return Error(message, hint="Fix STAMPEDE_ORM in your settings.", id="stampede.E010")
+
+
 def _is_stampede_backend(path: Any) -> bool:
     if path == STAMPEDE_BACKEND:
         return True

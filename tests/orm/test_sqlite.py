@@ -293,3 +293,26 @@ def test_the_command_invalidates_tables_written_outside_django(shop):
     assert queries(names) == (["apple", "pear"], 1)
     with pytest.raises(CommandError, match="name the tables"):
         call_command(Command())
+
+
+@pytest.mark.parametrize(
+    ("orm", "message"),
+    [
+        ({"CACHE": "backing"}, "'backing', which is not a stampede.backends.StampedeCache"),
+        ({"CACHE": "nope"}, "'nope', which is not a stampede.backends.StampedeCache"),
+        ({"TIMOUT": 5}, "unknown keys ['TIMOUT']"),
+        ({"CACHE": "orm", "TIMEOUT": -1}, "TIMEOUT'] must be seconds > 0"),
+        ("orm", "must be a dict"),
+    ],
+)
+def test_the_system_checks_name_a_bad_stampede_orm_setting(make_cache, settings, orm, message):
+    from stampede.adapter.checks import check_orm
+
+    make_cache()
+    settings.STAMPEDE_ORM = orm
+
+    errors = check_orm()
+
+    assert [m.id for m in errors] == ["stampede.E010"] and message in errors[0].msg
+    settings.STAMPEDE_ORM = {"CACHE": "orm"}
+    assert check_orm() == []
