@@ -38,12 +38,13 @@ ROOT = Path(__file__).resolve().parent.parent  # the repository: --baseline's re
 QUICK_HELP = (
     "smoke run: 2 x 10 clients, 1.5 s churn, 2 000 hit calls, scale to 50, 1 repetition; "
     "async 0.5 s per row; asgi 50 connections for 2 s; faults 10 s rows, a 2 s outage at 2.5 s; "
-    "invalidation 1.5 s before and after, 1 repetition, 10 000 entries for the large tag"
+    "invalidation 1.5 s before and after, 1 repetition, 10 000 entries for the large tag; "
+    "orm a herd of 2 x 10 after 3 writes, 10 000 reads by 2 x 4, 1 000 and 5 000 cached queries"
 )
 SCENARIOS_HELP = (
     f"comma-separated, of {', '.join(plan.SCENARIOS + plan.ASYNC_SCENARIOS)} "
-    f"(default: {','.join(plan.SCENARIOS)}; async, asgi, faults and invalidation run only when "
-    "named)"
+    f"(default: {','.join(plan.SCENARIOS)}; async, asgi, faults, invalidation and orm run only "
+    "when named)"
 )
 IMPLS_HELP = f"comma-separated, of {', '.join(ADAPTERS)} (default: all)"
 BASELINE_HELP = (
@@ -74,6 +75,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--asgi-workers", type=int, help="asgi: uvicorn worker processes")
     parser.add_argument("--asgi-connections", type=int, help="asgi: wrk connections")
     parser.add_argument("--asgi-seconds", type=float, help="asgi: measured seconds per view")
+    parser.add_argument("--orm-reads", type=int, help="orm: freshness reads in all")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results.json, tables.md")
     parser.add_argument("--charts", type=Path, help="where the PNG charts go (default: --out)")
     parser.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
@@ -97,6 +99,7 @@ def settings_from(args: argparse.Namespace) -> plan.Settings:
         "asgi_workers",
         "asgi_connections",
         "asgi_seconds",
+        "orm_reads",
     )
     for name in direct:
         if getattr(args, name) is not None:
@@ -149,6 +152,11 @@ def machine(client: Any) -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             versions[dist] = None
     versions.update({name: v for name, v in anchors.versions().items() if name not in versions})
+    for dist in ("django-cachalot", "django-cacheops", "funcy", "psycopg", "psycopg-binary"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
     return {
         "stampede": _source_state(),
         "commit": _git("rev-parse", "HEAD"),
@@ -330,7 +338,7 @@ def _run(argv: list[str] | None) -> int:
             results = run_all(specs, client) if specs else {}
         for scenario in scenarios:
             if scenario in plan.ASYNC_SCENARIOS:
-                results[scenario] = _run_async(scenario, settings, client, server.url)
+                results[scenario] = _run_async(scenario, settings, client, server.url, about)
         client.close()
     _add_not_run(results, classic, impls, not_run)
     results = {scenario: results[scenario] for scenario in scenarios if scenario in results}
@@ -358,16 +366,21 @@ def _baseline(
     return stack.enter_context(baseline.exported(rev, ROOT))
 
 
-def _run_async(scenario: str, settings: plan.Settings, client: Any, url: str) -> dict:
-    """Run the ``async``, ``asgi``, ``faults`` or ``invalidation`` scenario; return ``{size:
-    {row: entry}}`` as the others (``faults`` starts a Redis per row: ``client`` and ``url``
-    are not used; ``invalidation``'s "sizes" are its parts, each a table)."""
-    from . import asgi, async_calls, invalidation
+def _run_async(
+    scenario: str, settings: plan.Settings, client: Any, url: str, about: dict[str, Any]
+) -> dict:
+    """Run the ``async``, ``asgi``, ``faults``, ``invalidation`` or ``orm`` scenario; return
+    ``{size: {row: entry}}`` as the others (``faults`` starts a Redis per row: ``client`` and
+    ``url`` are not used; ``invalidation``'s and ``orm``'s "sizes" are their parts, each a
+    table; ``orm`` notes its PostgreSQL's version in ``about``)."""
+    from . import asgi, async_calls, invalidation, orm
 
     progress = Progress(_async_steps(scenario, settings))
     try:
         if scenario == "invalidation":
             return invalidation.run(client, url, settings, step=progress.note)
+        if scenario == "orm":
+            return orm.run(client, url, settings, progress.note, about)
         if scenario == "faults":
             return {f"{settings.faults_connections} connections": _run_faults(settings, progress)}
         if scenario == "async":
@@ -413,10 +426,12 @@ def _run_faults(settings: plan.Settings, progress: Progress) -> dict[str, dict]:
 
 def _async_steps(scenario: str, settings: plan.Settings) -> int:
     """Return how many runs the scenario makes here, after saying which backends cannot run."""
-    from . import asgi, async_calls, faults, invalidation
+    from . import asgi, async_calls, faults, invalidation, orm
 
     if scenario == "invalidation":
         return invalidation.steps(settings)
+    if scenario == "orm":
+        return orm.steps(settings)
     if scenario == "faults":
         for name, why in faults.not_run().items():
             print(f"faults: {name}: {why}", file=sys.stderr)
@@ -487,12 +502,28 @@ def _invalidation_tables(parts: dict, settings: plan.Settings) -> list[str]:
     return markdown
 
 
+def _orm_tables(parts: dict, settings: plan.Settings) -> list[str]:
+    """Print the orm scenario's tables and its rows' first errors; return them in Markdown."""
+    from .orm_tables import errors, tables
+
+    markdown = []
+    for heading, header, body in tables(parts, settings):
+        print(f"\n{heading}\n{report.text_table(header, body)}")
+        markdown.append(f"### {heading}\n\n{report.markdown_table(header, body)}\n")
+    if lines := errors(parts):
+        print("\norm: first error per row:\n  " + "\n  ".join(lines))
+    return markdown
+
+
 def _report(results, scenarios, settings, about, args, elapsed) -> int:
     markdown = []
     for scenario in scenarios:
         sizes = results[scenario]
         if scenario == "invalidation":
             markdown += _invalidation_tables(sizes, settings)
+            continue
+        if scenario == "orm":
+            markdown += _orm_tables(sizes, settings)
             continue
         size = next(iter(sizes)) if scenario != "scale" else "-"
         heading = report.title(scenario, _meta(scenario, size, settings))
@@ -529,6 +560,10 @@ def _report(results, scenarios, settings, about, args, elapsed) -> int:
         from .invalidation import goals
 
         checks += goals(results["invalidation"])
+    if "orm" in results:
+        from .orm_figures import goals as orm_goals
+
+        checks += orm_goals(results["orm"])
     if checks:
         print("\ntargets for stampede:\n  " + "\n  ".join(targets.render(checks)))
     document = {

@@ -15,8 +15,9 @@ SCENARIOS = ("cold", "churn", "hit", "scale")
 #: process (``async_calls``), a Django site on uvicorn under wrk (``asgi``), each backend side by
 #: side, and that site through a Redis outage under uvicorn and gunicorn (``faults``); tag
 #: invalidation under load against ``delete_many``, its cost, and memory per key
-#: (``invalidation``).
-ASYNC_SCENARIOS = ("async", "asgi", "faults", "invalidation")
+#: (``invalidation``); cached ORM queries on PostgreSQL against django-cachalot and
+#: django-cacheops (``orm``).
+ASYNC_SCENARIOS = ("async", "asgi", "faults", "invalidation", "orm")
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,24 @@ class Settings:
     invalidation_big: int = 100_000
     invalidation_timed: int = 20
     invalidation_memory_keys: int = 1_000
+    # orm (benchmarks.orm): the herd, `orm_processes` x `orm_threads` readers after each of
+    # `orm_writes` writes; freshness, `orm_reads` reads by `orm_read_processes` x
+    # `orm_read_threads` readers while a writer commits every `orm_write_gap_s`; the hit,
+    # `orm_hit_calls` calls per row in `orm_hit_blocks` blocks; the cost, a write with each of
+    # `orm_sizes` cached queries (the first `orm_real_fills` read through the cache, the rest
+    # copies), `orm_cost_repeat` fills each
+    orm_processes: int = 4
+    orm_threads: int = 50
+    orm_writes: int = 5
+    orm_reads: int = 100_000
+    orm_read_processes: int = 3
+    orm_read_threads: int = 4
+    orm_write_gap_s: float = 0.002
+    orm_hit_calls: int = 5_000
+    orm_hit_blocks: int = 10
+    orm_sizes: tuple[int, ...] = (1_000, 100_000)
+    orm_real_fills: int = 1_000
+    orm_cost_repeat: int = 3
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -102,6 +121,16 @@ QUICK = {
     "invalidation_repeat": 1,
     "invalidation_big": 10_000,
     "invalidation_timed": 10,
+    "orm_processes": 2,
+    "orm_threads": 10,
+    "orm_writes": 3,
+    "orm_reads": 10_000,
+    "orm_hit_calls": 1_000,
+    "orm_hit_blocks": 4,
+    "orm_read_processes": 2,
+    "orm_sizes": (1_000, 5_000),
+    "orm_real_fills": 500,
+    "orm_cost_repeat": 1,
 }
 
 
