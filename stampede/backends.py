@@ -33,10 +33,7 @@ from .adapter import call_args, stores
 from .adapter._async.cache import AsyncCacheMethods
 from .adapter._sync.cache import CacheMethods
 from .adapter.cache_settings import REDIS_URL_SCHEMES, parsed
-from .core import calls
 from .core.keys import CacheKey
-from .core.missing import MISSING
-from .core.reentry import refuse_reentry
 from .fill._async.filler import Filler as AsyncFiller
 from .fill._async.near import NearReadsOnLoop
 from .fill._sync.filler import Filler
@@ -45,6 +42,7 @@ from .fill.near import NearReads
 __all__ = ["NOT_FOUND", "REDIS_URL_SCHEMES", "StampedeCache"]
 
 NOT_FOUND = call_args.NOT_FOUND
+_NUMBERS, _LARGEST = call_args.PLAIN_NUMBERS, call_args.LARGEST
 
 
 def _wrapped_setting(name: str) -> property:
@@ -234,33 +232,13 @@ class StampedeCache(CacheMethods, AsyncCacheMethods, BaseCache):
         return CacheKey(self._namer.wrapped.make_key(key, version=version), key, version)
 
     def _resolve_timeout(self, timeout: Any) -> float | None:
-        return call_args.timeout_seconds(timeout, self.default_timeout)
+        if type(timeout) in _NUMBERS and 0 <= timeout <= _LARGEST:
+            return float(timeout)  # on the hit path: the common case costs no call
+        if timeout is DEFAULT_TIMEOUT:
+            return self.default_timeout
+        return call_args.timeout_seconds(timeout, None)
 
     # -- this process's copies --------------------------------------------------------------
-
-    def _near_served(self, key: Any, version: Any) -> Any:
-        """Return the value the filler would serve first, a fresh copy in this process's near
-        cache, or MISSING (no near cache, no fresh copy): a hit needs no fill call built."""
-        near = self.near
-        if near is None:
-            return MISSING
-        named = self._key(key, version)
-        refuse_reentry(named.full)
-        filler = self.filler
-        copied = near.fresh(named.full, filler.options, filler.clock)
-        if calls.observing and copied is not MISSING:
-            calls.hit(named.full)  # a near hit never reaches the filler, which records calls
-        return copied
-
-    def _forget_copies(self, keys: Any, version: Any) -> None:
-        """Drop this process's copies of ``keys`` (the near cache's, and those kept through an
-        outage): a call wrote them, or may have (it raised: a Redis gone mid-call may still
-        have applied it). Redis reports the write to every process; this one must not wait."""
-        fulls = [self._namer.wrapped.make_key(key, version=version) for key in keys]
-        near = self.near
-        if near is not None:
-            near.forget(fulls)
-        self.filler.outage.forget(fulls)
 
     @contextlib.contextmanager
     def _writing(self, keys: Any, version: Any) -> Iterator[None]:

@@ -103,8 +103,8 @@ def or_default(refused: NotFound, checked: Any, default: Any) -> Any:
 
 
 # The largest timeout that is a float; a larger int (10**400) is checked, and refused.
-_LARGEST = sys.float_info.max
-_PLAIN_NUMBERS = (int, float)  # exactly: bool is an int, and True is no timeout
+LARGEST = sys.float_info.max
+PLAIN_NUMBERS = (int, float)  # exactly: bool is an int, and True is no timeout
 
 
 def timeout_seconds(timeout: Any, default: float | None) -> float | None:
@@ -118,9 +118,9 @@ def timeout_seconds(timeout: Any, default: float | None) -> float | None:
         return default
     if timeout is None:
         return None
-    if type(timeout) in _PLAIN_NUMBERS and 0 <= timeout <= _LARGEST:
+    if type(timeout) in PLAIN_NUMBERS and 0 <= timeout <= LARGEST:
         return float(timeout)  # the common case: nothing to validate
-    number = isinstance(timeout, _PLAIN_NUMBERS) and not isinstance(timeout, bool)
-    if number and -_LARGEST <= timeout < 0:
+    number = isinstance(timeout, PLAIN_NUMBERS) and not isinstance(timeout, bool)
+    if number and -LARGEST <= timeout < 0:
         return 0.0  # Django: a negative timeout expires at once, like 0
     return conf.seconds("timeout", timeout, allow_zero=True, bounded=False)

@@ -34,7 +34,9 @@ from typing import TYPE_CHECKING, Any
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 from redis.exceptions import RedisError
 
+from ...core import calls
 from ...core.missing import MISSING
+from ...core.reentry import refuse_reentry
 from ...exceptions import NotFound
 from .. import answers, call_args
 
@@ -56,8 +58,6 @@ class CacheMethods:
         def _tagged_key(self, key: Any, version: Any, tags: Any) -> Any: ...
         def _named_key(self, key: Any, version: Any) -> Any: ...
         def _resolve_timeout(self, timeout: Any) -> float | None: ...
-        def _near_served(self, key: Any, version: Any) -> Any: ...
-        def _forget_copies(self, keys: Any, version: Any) -> None: ...
         def _writing(self, keys: Any, version: Any) -> AbstractContextManager[None]: ...
         def _forget_all_copies(self) -> None: ...
 
@@ -258,6 +258,30 @@ class CacheMethods:
         filler.invalidate_tags(stamps, not soft)
 
     # -- our steps after (or before) the wrapped cache's call ---------------------------------
+
+    def _near_served(self, key: Any, version: Any) -> Any:
+        """Return the value the filler would serve first, a fresh copy in this process's near
+        cache, or MISSING (no near cache, no fresh copy): a hit needs no fill call built."""
+        near = self.near
+        if near is None:
+            return MISSING
+        named = self._key(key, version)
+        refuse_reentry(named.full)
+        filler = self.filler
+        copied = near.fresh(named.full, filler.options, filler.clock)
+        if calls.observing and copied is not MISSING:
+            calls.hit(named.full)  # a near hit never reaches the filler, which records calls
+        return copied
+
+    def _forget_copies(self, keys: Any, version: Any) -> None:
+        """Drop this process's copies of ``keys`` (the near cache's, and those kept through an
+        outage): a call wrote them, or may have (it raised: a Redis gone mid-call may still
+        have applied it). Redis reports the write to every process; this one must not wait."""
+        fulls = [self._namer.wrapped.make_key(key, version=version) for key in keys]
+        near = self.near
+        if near is not None:
+            near.forget(fulls)
+        self.filler.outage.forget(fulls)
 
     def _void_fills(self, keys: Any, version: Any) -> Exception | None:
         """Void the fills of ``keys`` in progress (their writes are refused) and wake their
