@@ -20,6 +20,7 @@ import asyncio
 import itertools
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 import django
 import pytest
@@ -258,16 +259,19 @@ def visit(mode: str, method: str, url: str, visitor: Visitor):
 
     Headers go with the request: ``AsyncClient(headers=...)`` drops them (Django 5.2).
     """
-    client = AsyncClient() if mode == "async" else Client()
+    if mode == "async":
+        return async_to_sync(avisit)(method, url, visitor)
+    client = Client()
     client.cookies.load(visitor.cookies)
-    send = getattr(client, method)
-    if mode == "sync":
-        return send(url, headers=visitor.headers)
+    return getattr(client, method)(url, headers=visitor.headers)
 
-    async def send_async():  # Django 4.2's AsyncClient methods are not coroutine functions
-        return await send(url, headers=visitor.headers)
 
-    return async_to_sync(send_async)()
+async def avisit(method: str, url: str, visitor: Visitor):
+    """``visit`` through Django's ``AsyncClient``, on the running loop."""
+    client = AsyncClient()
+    client.cookies.load(visitor.cookies)
+    # Awaited, not returned: Django 4.2's AsyncClient methods are not coroutine functions.
+    return await getattr(client, method)(url, headers=visitor.headers)
 
 
 def forget_pages(redis) -> None:
@@ -286,15 +290,27 @@ class Seen:
 
 
 def run_case(redis, mode: str, method: str, url: str, case: Case, known: bool) -> Seen:
-    if known:
-        visit(mode, method, url, case.a)
-        forget_pages(redis)
-    first = visit(mode, method, url, case.a)
-    second = visit(mode, method, url, case.b)
+    if mode == "async":
+        # One event loop for the case's visits, as an ASGI server serves them.
+        first, second = async_to_sync(avisits)(redis, method, url, case, known)
+    else:
+        if known:
+            visit(mode, method, url, case.a)
+            forget_pages(redis)
+        first = visit(mode, method, url, case.a)
+        second = visit(mode, method, url, case.b)
     headers = tuple(
         (response.get("Vary"), response.get("Cache-Control")) for response in (first, second)
     )
     return Seen(first["X-Render"] == second["X-Render"], headers)
+
+
+async def avisits(redis, method: str, url: str, case: Case, known: bool) -> tuple[Any, Any]:
+    """``run_case``'s visits through ``AsyncClient``: (A's response, B's response)."""
+    if known:
+        await avisit(method, url, case.a)
+        forget_pages(redis)
+    return await avisit(method, url, case.a), await avisit(method, url, case.b)
 
 
 def django_url(flavour: str, kind: str, case: str) -> str:
