@@ -316,3 +316,47 @@ def test_the_system_checks_name_a_bad_stampede_orm_setting(make_cache, settings,
     assert [m.id for m in errors] == ["stampede.E010"] and message in errors[0].msg
     settings.STAMPEDE_ORM = {"CACHE": "orm"}
     assert check_orm() == []
+
+
+def test_a_soft_reader_is_served_the_previous_result_while_one_caller_reloads(shop, redis):
+    """After a write, soft=True: the first reader reloads (held here in its query); another
+    reader meanwhile is served the previous result at once, without a query; once the reload
+    is stored, readers get the new result."""
+    import threading
+
+    from django.db import connections
+
+    def soft_prices():
+        return sorted(p.price for p in Product.soft.cached())
+
+    assert soft_prices() == [3, 5]
+    Product.objects.filter(name="pear").update(price=8)  # committed: marked softly too
+
+    reloading, proceed = threading.Event(), threading.Event()
+
+    def held_select(execute, sql, params, many, context):
+        if sql.startswith("SELECT") and "orm_product" in sql and not reloading.is_set():
+            reloading.set()
+            proceed.wait(30)
+        return execute(sql, params, many, context)
+
+    found = {}
+
+    def reload():
+        try:
+            with connections["default"].execute_wrapper(held_select):
+                found["reloader"] = soft_prices()
+        finally:
+            connections.close_all()
+
+    reloader = threading.Thread(target=reload)
+    reloader.start()
+    assert reloading.wait(30)
+    try:
+        assert queries(soft_prices) == ([3, 5], 0)  # the previous result, at once
+    finally:
+        proceed.set()
+        reloader.join(30)
+
+    assert found["reloader"] == [3, 8]
+    assert queries(soft_prices) == ([3, 8], 0)
