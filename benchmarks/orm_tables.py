@@ -98,8 +98,8 @@ def tables(parts: dict[str, dict], settings: Settings) -> list[Table]:
         "freshness": (
             f"orm freshness: one writer commits increments of a row's integer (one every "
             f"{s.orm_write_gap_s * 1000:g} ms), {s.orm_read_processes} processes x "
-            f"{s.orm_read_threads} threads read it through the cache {s.orm_reads} times; stale: "
-            "older than the last commit that had returned before the read began",
+            f"{s.orm_read_threads} threads read it through the cache at least {s.orm_reads} "
+            "times; stale: older than the last commit that had returned before the read began",
             FRESHNESS,
         ),
         "hit": (

@@ -76,7 +76,8 @@ class Job:
 def _client(spec: RunSpec) -> Any:
     import redis
 
-    return redis.Redis.from_url(spec.url)
+    # A BLPOP waits for another process's step: longer than redis-py's default read timeout.
+    return redis.Redis.from_url(spec.url, socket_timeout=STEP_S + 10)
 
 
 def _started(ready: Any, go: Any) -> None:
@@ -180,7 +181,7 @@ def freshness(job: Job, spec: RunSpec, index: int, ready: Any, go: Any) -> dict[
         item = orm_site.configure(spec.impl, job.database, spec.url)
         return _fresh_writer(item, client, readers, pk, job.params["write_gap_s"], ready, go)
     item = orm_site.configure(spec.impl, job.database, spec.url, count_selects=True)
-    share = job.params["reads"] // (readers * spec.threads)
+    share = -(-job.params["reads"] // (readers * spec.threads))  # at least "reads" in all
     counted = [Staleness() for _ in range(spec.threads)]
     errors: list[str] = []
 

@@ -83,7 +83,7 @@ class Settings:
     # copies), `orm_cost_repeat` fills each
     orm_processes: int = 4
     orm_threads: int = 50
-    orm_writes: int = 5
+    orm_writes: int = 10
     orm_reads: int = 100_000
     orm_read_processes: int = 3
     orm_read_threads: int = 4
@@ -92,7 +92,7 @@ class Settings:
     orm_hit_blocks: int = 10
     orm_sizes: tuple[int, ...] = (1_000, 100_000)
     orm_real_fills: int = 1_000
-    orm_cost_repeat: int = 3
+    orm_cost_repeat: int = 5
 
     def as_dict(self) -> dict:
         return asdict(self)
