@@ -15,9 +15,10 @@ One process per row (``orm_work.Job`` with part "cost"), alone on the servers. F
    a hit (no query of the table sent) shows the copies are entries the library serves.
 2. **keys and memory**: ``DBSIZE``, and ``used_memory``'s growth from the empty server.
 3. **write**: one ``save()`` in ``transaction.atomic()`` of a row the queries read, timed to
-   its commit's return (the write and its invalidation); ``DBSIZE`` after it; the last query
-   read again must be a miss (one query sent); then ``NEXT_WRITES`` more writes, timed, with
-   nothing cached but that one query.
+   its commit's return (the write and its invalidation), and the time Redis spent in the
+   commands it sent (``INFO commandstats``' usec, reset before it); ``DBSIZE`` after it; the
+   last query read again must be a miss (one query sent); then ``NEXT_WRITES`` more writes,
+   timed, with nothing cached but that one query.
 
 The keys each library gives a query are its own functions, used as its read path uses them:
 ``stampede.orm.keys.query_key`` (and the meta key beside the value), cachalot's
@@ -79,7 +80,9 @@ def _measure(row: str, item: Any, client: Any, size: int, real: int,
     # The harness's own garbage (a fill's querysets, the copies' names) is collected now, not
     # inside the timed write.
     gc.collect()
+    client.config_resetstat()
     write_s = _timed(lambda: orm_site.increment(item, instance))
+    redis_us, redis_calls = _redis_work(client)
     keys_after = client.dbsize()
     miss_after = _queries(client, lambda: orm_site.distinct(row, item, last)) == 1
     next_writes = [_timed(lambda: orm_site.increment(item, instance)) for _ in range(NEXT_WRITES)]
@@ -88,6 +91,8 @@ def _measure(row: str, item: Any, client: Any, size: int, real: int,
         "keys": keys,
         "memory": memory,
         "write_s": write_s,
+        "write_redis_us": redis_us,
+        "write_redis_calls": redis_calls,
         "keys_after": keys_after,
         "hit_before": hit_before,
         "miss_after": miss_after,
@@ -99,6 +104,18 @@ def _timed(call: Callable[[], Any]) -> float:
     began = time.perf_counter()
     call()
     return time.perf_counter() - began
+
+
+def _redis_work(client: Any) -> tuple[int, int]:
+    """Return the µs Redis spent running the commands sent since the last ``CONFIG
+    RESETSTAT``, and how many there were (``INFO commandstats``): the write's share of the
+    invalidation, which the machine's other work does not stretch as it does wall time."""
+    usec = calls = 0
+    for name, stats in client.info("commandstats").items():
+        if name.startswith(("cmdstat_config", "cmdstat_info")):
+            continue
+        usec, calls = usec + int(stats["usec"]), calls + int(stats["calls"])
+    return usec, calls
 
 
 def _queries(client: Any, read: Callable[[], Any]) -> int:

@@ -97,6 +97,8 @@ def _cost_run(write_s: float, **changes: object) -> dict:
         "keys": 2_003,
         "memory": 2**20,
         "write_s": write_s,
+        "write_redis_us": 40,
+        "write_redis_calls": 3,
         "next_writes_s": [0.001, 0.002, 0.003],
         "keys_after": 2_003,
         "hit_before": True,
@@ -109,8 +111,10 @@ def _cost_run(write_s: float, **changes: object) -> dict:
 def test_a_writes_cost_is_the_median_of_the_fills_first_writes():
     found = cost_figures(1_000, [_cost_run(0.002), _cost_run(0.004), _cost_run(0.009)])
 
+    assert found["write_min_ms"] == pytest.approx(2.0)
     assert found["write_ms"] == pytest.approx(4.0)
     assert found["write_max_ms"] == pytest.approx(9.0)
+    assert found["write_redis_us"] == 40
     assert found["next_write_ms"] == pytest.approx(2.0)
     assert found["memory_mb"] == 1.0
     assert found["bytes_per_query"] == pytest.approx(2**20 / 1_000)
