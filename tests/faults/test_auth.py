@@ -81,7 +81,7 @@ ACL_RULE = (
 
 USER, PASSWORD = "app", "app-s3cret"
 #: Only a hang exceeds it, never a slow machine.
-HANG = 10.0
+HANG = 30.0
 
 
 def admin(server: RedisServer) -> redis_py.Redis:
