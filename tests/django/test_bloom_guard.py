@@ -13,6 +13,8 @@ import threading
 import pytest
 import redis as redis_py
 from django.test import Client
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 import stampede
 from stampede import BloomFilter, NotFound, cached
@@ -124,7 +126,11 @@ def test_concurrent_callers_of_an_unknown_key_share_one_answer(make_cache, produ
 
 def test_a_filter_that_cannot_be_asked_lets_the_miss_load(make_cache, redis_server):
     cache = make_cache()
-    unreachable = redis_py.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
+    # No retries: redis-py's default ones (10 on redis-py 8, backing off up to 1 s each) only
+    # delay the same outcome by seconds.
+    unreachable = redis_py.Redis(
+        host="127.0.0.1", port=1, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
+    )
     load = Loader()
     dead = BloomFilter(unreachable, "tests:dead", 100, 0.01)
     assert cache.get_or_load("product:5", load, 60, bloom=dead) == "loaded"
