@@ -16,6 +16,7 @@ tables cannot be known raises ``TablesUnknown`` (name them with ``tables=``).
 from __future__ import annotations
 
 import contextvars
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -164,6 +165,7 @@ class CachedQuerySet(QuerySet):
         if tables & _tracker.pending(connections[self.db]):
             return _UNCACHED  # read your own writes: this transaction wrote one of them
         cache = stampede_cache(options.cache_alias(), "cached querysets")
+        load = _closing_its_connections(load)
         return cache.get_or_load(
             key, load, options.seconds(), tags=keys.tags(tables, soft=options.soft)
         )
@@ -189,6 +191,22 @@ class CachedQuerySet(QuerySet):
         clone = self._uncached()
         clone._fetch_all()
         return clone._result_cache
+
+
+def _closing_its_connections(load: Any) -> Any:
+    """Return ``load``, closing the database connections of the thread it runs in when that
+    is not the caller's: a refresh the fill runs in the background (a soft reader's) opens
+    that thread's own connections, and the thread ends with the refresh."""
+    caller = threading.get_ident()
+
+    def run() -> Any:
+        try:
+            return load()
+        finally:
+            if threading.get_ident() != caller:
+                connections.close_all()
+
+    return run
 
 
 #: What ``_through_cache`` returns for a read that goes to the database.

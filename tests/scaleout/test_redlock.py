@@ -214,7 +214,8 @@ def test_fencing_tokens_strictly_increase_when_successive_majorities_differ(quor
         clients = [
             quorum.clients[i] if i in majority else redis_py.Redis.from_url(dead) for i in range(5)
         ]
-        lock = Redlock(clients, name, ttl=10)
+        # 5 s per server, not the 50 ms default: a loaded machine answers late, not never.
+        lock = Redlock(clients, name, ttl=10, server_timeout=5)
         assert lock.acquire(blocking=False) is True, majority
         tokens.append(lock.fencing_token)
         assert lock.release() is True
