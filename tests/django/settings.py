@@ -17,7 +17,8 @@ DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": ":memory:",
-        "TEST": {"NAME": os.path.join(_MEMORY_FOLDER, "stampede-tests.sqlite3")},
+        # One per test process: runs side by side never share one.
+        "TEST": {"NAME": os.path.join(_MEMORY_FOLDER, f"stampede-tests-{os.getpid()}.sqlite3")},
     }
 }
 # The ORM cache's own alias: only its tests configure it, so the writes of the other tests
