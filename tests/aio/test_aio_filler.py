@@ -18,10 +18,10 @@ COUNTER = "loader-calls"
 
 
 def test_cancelled_callers_do_not_cancel_the_load_others_wait_for(redis, redis_url):
-    # 2 processes x 100 tasks on one cold key; 25 tasks per process are cancelled 0.3 s into
-    # the 1 s load, each process's first caller among them (an ASGI client disconnecting).
+    # 2 processes x 100 tasks on one cold key; 25 tasks per process are cancelled while the
+    # load runs, each process's first caller among them (an ASGI client disconnecting).
     results = run_concurrently(
-        workers.cancel_some_callers, 2, 1, redis_url, "report", COUNTER, 100, 25
+        workers.cancel_some_callers, 2, 1, redis_url, "report", COUNTER, 2, 100, 25
     )
 
     for status, ended in results:

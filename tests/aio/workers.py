@@ -55,12 +55,23 @@ def bare_fill_tasks(url: str, key: str, counter: str, tasks: int, load_seconds: 
     return asyncio.run(main())
 
 
-def cancel_some_callers(url: str, key: str, counter: str, tasks: int, cancel: int) -> dict:
+def cancel_some_callers(
+    url: str, key: str, counter: str, processes: int, tasks: int, cancel: int
+) -> dict:
     """Start ``tasks`` callers of one cold key; cancel the first ``cancel`` (the process's first
-    caller among them) 0.3 s into a 1 s load; return how each ended."""
+    caller among them) while the load runs; return how each ended.
+
+    The load (in whichever of the ``processes`` wins the lock) returns only once every process
+    has cancelled its callers (``<counter>:cancelled`` counts them), so each cancel lands while
+    it runs, however slow the machine; a process returns once the load was stored (the lock
+    is gone), not before its flight's own task finished the commit.
+    """
     import redis.asyncio
 
     from stampede import aio
+    from stampede.core.keys import lock_key
+
+    cancelled = f"{counter}:cancelled"
 
     async def main() -> dict:
         client = redis.asyncio.Redis.from_url(url)
@@ -68,18 +79,22 @@ def cancel_some_callers(url: str, key: str, counter: str, tasks: int, cancel: in
 
         async def load() -> str:
             await client.incr(counter)
-            await asyncio.sleep(1.0)
+            while int(await client.get(cancelled) or 0) < processes:
+                await asyncio.sleep(0.01)
             return "loaded once"
 
         callers = []
         for _ in range(tasks):
             callers.append(asyncio.create_task(filler.get_or_load(key, load, timeout=60)))
             await asyncio.sleep(0)  # the first task becomes the leader
-        await asyncio.sleep(0.3)
+        while not await client.get(counter):  # the load runs, here or in another process
+            await asyncio.sleep(0.01)
         for caller in callers[:cancel]:
             caller.cancel()
+        await client.incr(cancelled)
         ended = await asyncio.gather(*callers, return_exceptions=True)
-        await asyncio.sleep(0.2)  # let the flight's own task finish its commit
+        while await client.exists(lock_key(key)):
+            await asyncio.sleep(0.01)
         await client.aclose()
         return {
             "cancelled": sum(isinstance(e, asyncio.CancelledError) for e in ended),
