@@ -14,6 +14,7 @@ from tests.orm import workers
 from tests.orm.postgres import PostgresServer, binaries
 
 pytestmark = [
+    pytest.mark.slow,  # multi-process stampedes on a server of their own: the full suite's
     pytest.mark.xdist_group("postgres"),
     pytest.mark.skipif(binaries() is None, reason="no PostgreSQL: apt-get install postgresql"),
 ]

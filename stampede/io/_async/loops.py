@@ -61,6 +61,10 @@ class LoopState:
                     await client.aclose(close_connection_pool=True)
             self.notifiers.clear()
             self.clients.clear()
+            # The loop is closing: its state goes with it. The weak key alone would keep both
+            # (this task holds the loop), one state per closed loop (asyncio.run per task).
+            _states.pop(asyncio.get_running_loop(), None)
+            self.janitor = None
             raise
 
 
