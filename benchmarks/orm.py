@@ -67,7 +67,7 @@ def run(client: Any, url: str, settings: Settings, step: Callable[[str], None],
     not_run = {row: missing or orm_site.unavailable(row) for row in orm_site.ROWS}
     if missing:
         return {part: {row: {"not_run": missing} for row in ROWS[part]} for part in PARTS}
-    with orm_server.PostgresServer() as server:
+    with orm_server.PostgresServer("bench", orm_server.MAX_CONNECTIONS) as server:
         about["postgresql"] = server.version()
         database = server.settings()
         pks = _create_table(database, url)

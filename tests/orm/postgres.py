@@ -17,7 +17,7 @@ from pathlib import Path
 
 from stampede.testing import end_process, free_port
 
-_START_TIMEOUT = 30.0
+_START_TIMEOUT = 60.0  # initdb and the first start on a busy 2-core machine
 
 
 def binaries() -> Path | None:
@@ -33,8 +33,8 @@ def _version(path: str) -> int:
 class PostgresServer:
     """``with PostgresServer() as server: server.settings()`` -> a Django DATABASES entry."""
 
-    def __init__(self, database: str = "stampede") -> None:
-        self.database = database
+    def __init__(self, database: str = "stampede", max_connections: int = 200) -> None:
+        self.database, self.max_connections = database, max_connections
         self.port = 0
         self._bin = binaries()
         self._dir: Path | None = None
@@ -53,7 +53,8 @@ class PostgresServer:
         initdb = [str(self._bin / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"]
         subprocess.run([*user, *initdb], check=True, capture_output=True)
         self.port = free_port()
-        options = ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "max_connections=200"]
+        options = ["-c", "fsync=off", "-c", "synchronous_commit=off"]
+        options += ["-c", f"max_connections={self.max_connections}"]
         command = [str(self._bin / "postgres"), "-D", str(data), "-p", str(self.port)]
         command += ["-k", str(self._dir), "-c", "listen_addresses=127.0.0.1", *options]
         log = open(self._dir / "log", "wb")  # noqa: SIM115 - the child's, closed below
@@ -75,6 +76,12 @@ class PostgresServer:
                 self.stop()
                 raise RuntimeError(f"PostgreSQL did not start:\n{tail}")
             time.sleep(0.05)
+
+    def version(self) -> str:
+        """Return the server's version, as ``postgres --version`` prints it."""
+        assert self._bin is not None
+        done = subprocess.run([str(self._bin / "postgres"), "--version"], capture_output=True)
+        return done.stdout.decode().strip()
 
     def settings(self) -> dict[str, object]:
         """Return the Django ``DATABASES`` entry of this server's database."""
