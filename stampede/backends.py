@@ -33,6 +33,7 @@ from .adapter import call_args, stores
 from .adapter._async.cache import AsyncCacheMethods
 from .adapter._sync.cache import CacheMethods
 from .adapter.cache_settings import REDIS_URL_SCHEMES, parsed
+from .adapter.threaded_calls import ThreadedCalls
 from .core.keys import CacheKey
 from .fill._async.filler import Filler as AsyncFiller
 from .fill._async.near import NearReadsOnLoop
@@ -99,18 +100,28 @@ class StampedeCache(CacheMethods, AsyncCacheMethods, BaseCache):
         return stores.near(self._settings, self.store)
 
     # -- the wrapped cache's methods that have no async twin -----------------------------------
+    #
+    # The wrapped cache's own; ``BaseCache``'s where it has none (django-valkey's caches derive
+    # from no Django class: their ``default_timeout`` read by Django's rule).
 
     def get_backend_timeout(self, timeout: Any = DEFAULT_TIMEOUT) -> Any:
-        return self._wrapped.get_backend_timeout(timeout)
+        own = getattr(self._wrapped, "get_backend_timeout", None)
+        return BaseCache.get_backend_timeout(self, timeout) if own is None else own(timeout)
 
     def make_key(self, key: Any, version: Any = None) -> Any:
         return self._wrapped.make_key(key, version)
 
     def validate_key(self, key: Any) -> None:
-        self._wrapped.validate_key(key)
+        own = getattr(self._wrapped, "validate_key", None)
+        BaseCache.validate_key(self, key) if own is None else own(key)
 
     def make_and_validate_key(self, key: Any, version: Any = None) -> Any:
-        return self._wrapped.make_and_validate_key(key, version)
+        own = getattr(self._wrapped, "make_and_validate_key", None)
+        if own is not None:
+            return own(key, version)
+        full = self.make_key(key, version)
+        self.validate_key(full)
+        return full
 
     # django-redis's methods that change a value's life: its fill's meta goes with the old one.
 
@@ -166,7 +177,14 @@ class StampedeCache(CacheMethods, AsyncCacheMethods, BaseCache):
         native = None if args or "_own_keys_named" in self.__dict__ else self._native_commands()
         if native is not None and native.serves(name, kwargs):
             return native
-        return self._wrapped
+        return self._async_wrapped
+
+    @cached_property
+    def _async_wrapped(self) -> Any:
+        """The wrapped cache's ``a*`` calls: its own, or where it has none (django-valkey's
+        ``ClusterValkeyCache``), its sync calls in a worker thread (``ThreadedCalls``)."""
+        wrapped = self._wrapped
+        return wrapped if hasattr(wrapped, "aget") else ThreadedCalls(wrapped)
 
     def _native_commands(self) -> Any:
         """Return the running loop's native commands of the wrapped cache, or None where its own
@@ -263,7 +281,7 @@ class StampedeCache(CacheMethods, AsyncCacheMethods, BaseCache):
         A name of its own on every backing: ``lock`` is the wrapped cache's where it has one
         (django-redis's redis-py lock on the key itself).
         """
-        full_key = self._wrapped.make_and_validate_key(key, version=version)
+        full_key = self.make_and_validate_key(key, version=version)
         return stores.mutex(self.store, full_key, ttl, **kwargs)
 
     def _deprecated_lock(self, *args: Any, **kwargs: Any) -> Any:

@@ -44,6 +44,8 @@ from ..io import clients, deadlines, factory
 from ..io._async.loops import loop_state
 
 _REDIS_BACKENDS = {"django.core.cache.backends.redis.RedisCache", "django_redis.cache.RedisCache"}
+#: Cluster caches: their values in a Redis Cluster, each key in its own slot.
+_CLUSTER_BACKENDS = {"django_valkey.cluster_cache.cache.ClusterValkeyCache"}
 
 
 #: The settings string of ``StampedeCache`` (users write it in ``CACHES``).
@@ -62,8 +64,15 @@ def _is_named(backend_class: Any, names: set[str]) -> bool:
 
 
 def is_redis_backend(backend_class: type) -> bool:
-    """Return True if ``backend_class`` keeps its values in Redis (Django's or django-redis)."""
-    return _is_named(backend_class, _REDIS_BACKENDS)
+    """Return True if ``backend_class`` keeps its values in Redis (Django's, django-redis, or
+    a cluster's: django-valkey's ``ClusterValkeyCache``)."""
+    return _is_named(backend_class, _REDIS_BACKENDS | _CLUSTER_BACKENDS)
+
+
+def is_cluster_backend(backend_class: type) -> bool:
+    """Return True if ``backend_class`` keeps its values in a Redis Cluster (django-valkey's
+    ``ClusterValkeyCache``, on Redis Cluster or Valkey's)."""
+    return _is_named(backend_class, _CLUSTER_BACKENDS)
 
 
 def is_stampede_backend(backend_class: Any) -> bool:
@@ -73,7 +82,11 @@ def is_stampede_backend(backend_class: Any) -> bool:
 
 def store_for(backend: Any, lock_url: str | None) -> RedisStore | BackendStore:
     """Return the store of a Django cache ``backend`` (locks at ``lock_url`` if not Redis)."""
-    store = _django_redis_store(backend) or _django_builtin_store(backend)
+    store = (
+        _django_redis_store(backend)
+        or _django_builtin_store(backend)
+        or _valkey_cluster_store(backend)
+    )
     if store is not None:
         return store
     if lock_url is None:
@@ -232,6 +245,32 @@ def _django_redis_store(backend: Any) -> RedisStore | None:
     # decode apply the configured serializer and compressor.
     client = _bounded_twin(backend.client.get_client(write=True))
     return RedisStore(client, dumps=backend.client.encode, loads=backend.client.decode)
+
+
+#: django-valkey's URL schemes and redis-py's for the same server.
+_VALKEY_SCHEMES = {"valkey://": "redis://", "valkeys://": "rediss://"}
+
+
+def _valkey_cluster_store(backend: Any) -> RedisStore | None:
+    """Return the store of django-valkey's ``ClusterValkeyCache``: a redis-py cluster client of
+    the same cluster (its first ``LOCATION`` URL and ``OPTIONS["BASE_CLIENT_KWARGS"]``, as its
+    own ``ValkeyCluster`` is built), with its client's value codec (serializer, compressor;
+    ints and floats stored as digits), so a filled key holds what its ``set`` writes.
+
+    Its own client is valkey-py's, whose errors are not redis-py's: the fill keeps redis-py,
+    whose errors the outage rules know, on a cluster client of its own (one per process).
+    """
+    if not is_cluster_backend(type(backend)):
+        return None
+    client = backend.client
+    url = str(client._server[0])
+    for scheme, redis_scheme in _VALKEY_SCHEMES.items():
+        if url.startswith(scheme):
+            url = redis_scheme + url[len(scheme) :]
+    options = dict(client._options.get("BASE_CLIENT_KWARGS") or {})
+    identity = ("valkey-cluster", url, tuple(sorted((k, repr(v)) for k, v in options.items())))
+    cluster = clients.shared(identity, lambda: factory.cluster_client_from_url(url, options))
+    return RedisStore(cluster, dumps=client.encode, loads=client.decode)
 
 
 def _bounded_twin(client: Any) -> Any:

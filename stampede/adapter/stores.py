@@ -201,6 +201,8 @@ class KeyNamer:
 
     def __init__(self, wrapped: Any) -> None:
         self.wrapped = wrapped
+        # A cache that validates no key (django-valkey's) takes every key as it is.
+        self._validate = getattr(wrapped, "validate_key", _takes_any_key)
         self._valid: dict[Any, bool] = {}
         self._stamps: dict[tuple[Any, ...], tuple[bytes, ...]] = {}
 
@@ -209,7 +211,7 @@ class KeyNamer:
         full = wrapped.make_key(key, version=version)
         valid = self._valid
         if full not in valid:
-            wrapped.validate_key(full)
+            self._validate(full)
             if not isinstance(full, str) or self.WARNED.match(full):
                 return CacheKey(full, key, version)
             if len(valid) >= self.REMEMBERED:
@@ -242,6 +244,10 @@ class KeyNamer:
     def _stamp_of(self, tag: str) -> bytes:
         full = self.wrapped.make_key(f"{STAMP_NAME_PREFIX}{tag}")
         return full.encode() if isinstance(full, str) else bytes(full)
+
+
+def _takes_any_key(full: Any) -> None:
+    """The validation of a cache that validates no key."""
 
 
 def key_namer(settings: CacheSettings) -> KeyNamer:

@@ -26,6 +26,24 @@ def client_from_url(url: str) -> Any:
     return redis.Redis.from_url(url, **deadlines.bounded({}))
 
 
+def cluster_client_from_url(url: str, options: dict[str, Any]) -> Any:
+    """Return a new ``redis.cluster.RedisCluster`` that learns the cluster from ``url``'s node
+    (``redis://``, ``rediss://``), each node's connections taking ``options`` (AUTH, TLS,
+    timeouts), bounded (``deadlines.TIMEOUTS``) where they say nothing.
+
+    The cluster client's own retries are left as redis-py sets them: across a failover they
+    learn the new owner of a slot (a ``Retry`` of one attempt, as ``deadlines.bounded`` gives a
+    single server's connections, would stop them at the first ``MOVED``).
+    """
+    from redis.cluster import RedisCluster
+
+    kwargs = dict(options)
+    for name in deadlines.TIMEOUTS:
+        if kwargs.get(name) is None:
+            kwargs[name] = deadlines.DEADLINE
+    return RedisCluster.from_url(url, **kwargs)
+
+
 def client_of_pool(pool: Any) -> Any:
     """Return a new ``redis.Redis`` over the existing connection ``pool``."""
     import redis

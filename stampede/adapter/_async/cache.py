@@ -151,7 +151,7 @@ class AsyncCacheMethods:
             self._forget_all_copies()
 
     async def aclose(self, *args, **kwargs) -> Any:
-        return await self._wrapped.aclose(*args, **kwargs)
+        return await self._abackend("close", args, kwargs).aclose(*args, **kwargs)
 
     # -- deletes: fills in progress voided first, then the wrapped cache's delete --------------
     #

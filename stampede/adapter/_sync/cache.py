@@ -134,7 +134,7 @@ class CacheMethods:
             self._forget_all_copies()
 
     def close(self, *args, **kwargs) -> Any:
-        return self._wrapped.close(*args, **kwargs)
+        return self._backend("close", args, kwargs).close(*args, **kwargs)
 
     # -- deletes: fills in progress voided first, then the wrapped cache's delete --------------
     #
