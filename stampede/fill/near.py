@@ -30,6 +30,8 @@ from ..core.port import NearStore
 from ..core.private import unwrap_private
 from ..core.reentry import loading
 from ..core.verdict import fresh_value
+from ..io import clients
+from ..io.cluster_tracking import cluster_tracking
 from ..io.tracking import tracker_for
 
 
@@ -42,9 +44,18 @@ class NearReads:
     prefix: str
     #: The store's decoding of a kept copy (read on every hit: bound once).
     decode: Callable[[Any], Any] = field(init=False)
+    #: On a cluster, the check that every primary reports (``io.cluster_tracking``): run
+    #: before and after each read of Redis; None over one server.
+    follow: Callable[[], None] | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.decode = self.store.decode_copy
+        client = self.store.client
+        self.follow = (
+            cluster_tracking(client, self.prefix, self.near).follow
+            if clients.is_cluster(client)
+            else None
+        )
 
     def __repr__(self) -> str:
         return f"<NearReads {self.prefix!r} {self.near!r}>"
@@ -85,6 +96,8 @@ class NearReads:
         self, stamps: Sequence[Any], replies: Sequence[tuple[Any, int]], mark: ReadMark | None
     ) -> dict[Any, Any]:
         """Keep the tag stamps Redis returned (``read_many_near`` replies); return them, by key."""
+        if self.follow is not None:
+            self.follow()  # as in ``keep``
         read = {}
         for full, (copy, pttl) in zip(stamps, replies, strict=True):
             read[full] = None if copy is None else copy[0]
@@ -106,6 +119,10 @@ class NearReads:
 
     def begin(self) -> ReadMark | None:
         """Return the mark to take before reading Redis (None: keep nothing; see the rule)."""
+        follow = self.follow
+        if follow is not None:
+            follow()  # a cluster: each node's tracker, armed once every primary reports
+            return self.near.mark()
         mark = self.near.mark()
         if mark is None:
             # Not armed: a new process (or a forked child) not tracking yet, or a lost
@@ -119,6 +136,8 @@ class NearReads:
         copy, pttl = reply
         if copy is None:
             return MISSING
+        if self.follow is not None:
+            self.follow()  # the cluster changed during the read: the disarm refuses ``mark``
         if pttl != -2:  # -2: gone between the GET and the PTTL
             self.near.admit(full, copy, mark, None if pttl < 0 else pttl / 1000)
         return self.decode(copy)

@@ -26,11 +26,10 @@ import logging
 import os
 import threading
 import weakref
-from typing import Any
+from typing import Any, Protocol
 
 from redis.exceptions import RedisError, ResponseError
 
-from ..core.near import NearCache
 from ..core.process import PerProcess
 from ..core.reconnect import Reconnects
 from . import factory
@@ -39,6 +38,19 @@ from .clients import connection_pool_of
 from .redis_internals import block_reads
 
 logger = logging.getLogger(__name__)
+
+
+class Reported(Protocol):
+    """What a tracker keeps true: a ``NearCache``, or a cluster node's gate of one
+    (``cluster_tracking.NodeGate``)."""
+
+    @property
+    def armed(self) -> bool: ...
+    def arm(self) -> None: ...
+    def disarm(self) -> None: ...
+    def forget(self, keys: Any) -> None: ...
+    def flush(self) -> None: ...
+
 
 INVALIDATE_CHANNEL = b"__redis__:invalidate"
 #: How long a connect, and each handshake reply, may take at most (the pool's own timeouts
@@ -59,7 +71,7 @@ class Tracker:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         # prefix -> the near caches tracking it (weakly: a cache that is gone tracks nothing)
-        self._nears: dict[bytes, weakref.WeakSet[NearCache]] = {}
+        self._nears: dict[bytes, weakref.WeakSet[Reported]] = {}
         self._connection: Any = None
         self._tracked: tuple[bytes, ...] = ()  # the prefixes the live connection tracks
         self._thread: threading.Thread | None = None
@@ -72,7 +84,7 @@ class Tracker:
     def __repr__(self) -> str:
         return f"<Tracker {sorted(self._nears)!r} {'up' if self._connection else 'down'}>"
 
-    def track(self, prefix: str | bytes, near: NearCache) -> None:
+    def track(self, prefix: str | bytes, near: Reported) -> None:
         """Have Redis's reports of keys under ``prefix`` keep ``near`` true, from now on.
 
         Returns at once; ``near`` is armed by the tracker's thread once Redis confirms.
@@ -240,10 +252,10 @@ class Tracker:
             # Wakes the thread's read with an error: it disarms, and reconnects unless closed.
             connection.disconnect()
 
-    def _all_nears_locked(self) -> list[NearCache]:
+    def _all_nears_locked(self) -> list[Reported]:
         return [near for nears in self._nears.values() for near in nears]
 
-    def _nears_under_locked(self, prefixes: tuple[bytes, ...]) -> list[NearCache]:
+    def _nears_under_locked(self, prefixes: tuple[bytes, ...]) -> list[Reported]:
         return [
             near
             for prefix, nears in self._nears.items()
