@@ -161,7 +161,20 @@ class ClusterServers:
             except redis_py.RedisError:
                 return False
             views.add(repr(view))
-        return len(views) == 1
+        return len(views) == 1 and self._replicas_linked(live)
+
+    def _replicas_linked(self, ports: list[int]) -> bool:
+        """True if every replica among ``ports`` has its link to its primary up: a replica
+        that never synced refuses to take over when its primary fails."""
+        for port in ports:
+            try:
+                with self.client(port) as client:
+                    info = client.info("replication")
+            except redis_py.RedisError:
+                return False
+            if info["role"] == "slave" and info.get("master_link_status") != "up":
+                return False
+        return True
 
     @staticmethod
     def client(port: int) -> redis_py.Redis:
