@@ -30,7 +30,7 @@ from ..core import options as conf
 from ..core.lockspec import LockSpec
 from ..core.near import NearOptions
 from ..io import sentinel
-from .django_internals import is_redis_backend, is_stampede_backend
+from .django_internals import is_cluster_backend, is_redis_backend, is_stampede_backend
 
 #: ``OPTIONS`` the backend reads itself; the others are the fill's (``core/options.py``).
 BACKEND_OPTIONS = ("LOCK_URL", "NEAR_CACHE", "LOCK", "OUTAGE_COPIES")
@@ -145,7 +145,10 @@ def read(
     if backend_class is not None:
         entry = configured[location] or {}
         if lock is not None:
-            problems.extend(_outside_lock_problems(location, entry, redis_backing, options))
+            cluster = is_cluster_backend(backend_class)
+            problems.extend(
+                _outside_lock_problems(location, entry, redis_backing, options, cluster)
+            )
         if near is not None:
             problems.extend(_near_problems(location, entry, redis_backing, near))
     if problems or fill is None or backend_class is None or copies is None:
@@ -331,7 +334,11 @@ def _parsed(parse: Callable[[Any], Any], value: Any, problems: list[Problem]) ->
 
 
 def _outside_lock_problems(
-    location: str, entry: dict[str, Any], redis_backing: bool, options: dict[str, Any]
+    location: str,
+    entry: dict[str, Any],
+    redis_backing: bool,
+    options: dict[str, Any],
+    cluster: bool,
 ) -> list[Problem]:
     """Refuse ``OPTIONS["LOCK"]`` where writes could not be fenced."""
     if not redis_backing:
@@ -347,6 +354,14 @@ def _outside_lock_problems(
             _refused(
                 "StampedeCache OPTIONS['LOCK'] and OPTIONS['LOCK_URL'] both say where the locks "
                 "live; keep one"
+            )
+        ]
+    if cluster:
+        return [
+            _refused(
+                f"StampedeCache OPTIONS['LOCK'] is not supported over a cluster cache "
+                f"({location!r} is {entry.get('BACKEND')}): each key's lock lives in the "
+                "key's own slot, failed over with it; remove LOCK"
             )
         ]
     return []

@@ -22,6 +22,7 @@ from stampede.adapter import cache_settings
 from stampede.adapter.checks import check_caches
 from stampede.backends import StampedeCache
 from tests.django import workers
+from tests.scaleout_cluster.django_caches import cluster_caches
 
 REDIS_URL = "redis://127.0.0.1:6379/0"  # never connected to
 REDLOCK = {"REDLOCK": [REDIS_URL, REDIS_URL + "?a=1", REDIS_URL + "?a=2"]}
@@ -83,6 +84,20 @@ def test_good_settings_parse_into_one_frozen_object():
     assert parsed.fill.lock_ttl == 5.0 and parsed.near is not None and parsed.lock is None
     with pytest.raises(dataclasses.FrozenInstanceError):
         parsed.location = "other"  # type: ignore[misc]
+
+
+def test_a_cluster_cache_is_a_redis_backing_that_takes_no_outside_lock():
+    """django-valkey's ClusterValkeyCache keeps its values in Redis (no LOCK_URL needed), and
+    its locks in each key's own slot: OPTIONS['LOCK'] (Redlock, ZooKeeper) is refused."""
+    configured = cluster_caches("redis://127.0.0.1:7000")
+    near = {"NEAR_CACHE": {"MAXSIZE": 10, "TTL": 1.0}}
+    parsed = cache_settings.CacheSettings.parse("backing", near, configured)
+    assert parsed.redis_backing and parsed.lock_url is None and parsed.near is not None
+
+    _, problems = cache_settings.read("backing", {"LOCK": REDLOCK}, configured, "default")
+    assert [problem.id for problem in problems] == ["stampede.E009"]
+    assert "not supported over a cluster cache" in problems[0].message
+    assert "remove LOCK" in problems[0].message
 
 
 def test_the_backend_runs_on_the_settings_it_was_built_with(settings):
