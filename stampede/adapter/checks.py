@@ -170,7 +170,9 @@ def _warnings(
             "operating system keeps the connection, minutes. The fills and the native asyncio "
             "calls do not: the "
             f"connections StampedeCache builds wait {deadlines.DEADLINE:g} s at most",
-            hint=f"Set CACHES[{location!r}]['OPTIONS'] "
+            hint=f"Set CACHES[{location!r}]['OPTIONS']"
+            + _deadlines_within(configured.get(location) or {})
+            + " "
             + " and ".join(f"[{name!r}]" for name in missing)
             + " (seconds, 1 is a sane start), or silence stampede.W005.",
             id="stampede.W005",
@@ -190,7 +192,20 @@ def _warnings(
 _DEADLINE_SETTINGS = {
     "django.core.cache.backends.redis.RedisCache": ("socket_timeout", "socket_connect_timeout"),
     "django_redis.cache.RedisCache": ("SOCKET_TIMEOUT", "SOCKET_CONNECT_TIMEOUT"),
+    # Its ValkeyCluster takes only the URL and OPTIONS["BASE_CLIENT_KWARGS"] (django-valkey 0.4
+    # does not hand its SOCKET_TIMEOUT to a cluster client).
+    "django_valkey.cluster_cache.cache.ClusterValkeyCache": (
+        "socket_timeout",
+        "socket_connect_timeout",
+    ),
 }
+#: Where in OPTIONS a backend reads them, when not at its top level.
+_DEADLINES_WITHIN = {"django_valkey.cluster_cache.cache.ClusterValkeyCache": "BASE_CLIENT_KWARGS"}
+
+
+def _deadlines_within(wrapped: dict[str, Any]) -> str:
+    within = _DEADLINES_WITHIN.get(wrapped.get("BACKEND"))  # type: ignore[arg-type]
+    return "" if within is None else f"[{within!r}]"
 
 
 def _deadlines_missing(wrapped: dict[str, Any]) -> list[str]:
@@ -200,6 +215,9 @@ def _deadlines_missing(wrapped: dict[str, Any]) -> list[str]:
     if names is None:
         return []
     options = wrapped.get("OPTIONS") or {}
+    within = _DEADLINES_WITHIN.get(wrapped.get("BACKEND"))  # type: ignore[arg-type]
+    if within is not None:
+        options = options.get(within) or {}
     pool_kwargs = options.get("CONNECTION_POOL_KWARGS") or {}
     location = wrapped.get("LOCATION")
     urls = " ".join(location) if isinstance(location, (list, tuple)) else str(location)

@@ -18,6 +18,7 @@ from django.core.management.base import SystemCheckError
 
 from stampede.adapter.checks import check_caches
 from tests.django import workers
+from tests.scaleout_cluster.django_caches import cluster_caches
 
 REDIS_URL = "redis://127.0.0.1:6379/0"  # never connected to: checks do no I/O
 
@@ -235,6 +236,19 @@ def test_each_warning_fires_on_its_setting_with_a_hint(
     assert messages[0].level == checks.WARNING
     assert in_message in messages[0].msg
     assert messages[0].hint
+
+
+def test_a_cluster_cache_without_deadlines_is_warned_where_to_set_them(settings):
+    """django-valkey's cluster cache bounds its calls only by OPTIONS['BASE_CLIENT_KWARGS']
+    (or the URL): it is refused nothing (no stampede.E005), and warned where they go."""
+    settings.CACHES = cluster_caches(REDIS_URL)
+    [warning] = check_caches(app_configs=None)
+    assert warning.id == "stampede.W005"
+    assert "no socket_timeout and socket_connect_timeout" in warning.msg
+    assert "['OPTIONS']['BASE_CLIENT_KWARGS'] ['socket_timeout']" in warning.hint
+    bounded = {"socket_timeout": 1, "socket_connect_timeout": 1}
+    settings.CACHES = cluster_caches(REDIS_URL, {"BASE_CLIENT_KWARGS": bounded})
+    assert check_caches(app_configs=None) == []
 
 
 def test_deadlines_in_the_url_or_the_pool_kwargs_are_deadlines(settings):
