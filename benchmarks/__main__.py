@@ -35,16 +35,19 @@ from .workload import control_every
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parent.parent  # the repository: --baseline's revisions
+#: The scenarios whose results are parts (each a table of its own), not sizes.
+PARTED = ("invalidation", "orm", "cluster")
 QUICK_HELP = (
     "smoke run: 2 x 10 clients, 1.5 s churn, 2 000 hit calls, scale to 50, 1 repetition; "
     "async 0.5 s per row; asgi 50 connections for 2 s; faults 10 s rows, a 2 s outage at 2.5 s; "
     "invalidation 1.5 s before and after, 1 repetition, 10 000 entries for the large tag; "
-    "orm a herd of 2 x 10 after 3 writes, 10 000 reads by 2 x 4, 1 000 and 5 000 cached queries"
+    "orm a herd of 2 x 10 after 3 writes, 10 000 reads by 2 x 4, 1 000 and 5 000 cached queries; "
+    "cluster 2 x 10 clients, one run per row, 4 s event rows (1 024 slots resharded)"
 )
 SCENARIOS_HELP = (
     f"comma-separated, of {', '.join(plan.SCENARIOS + plan.ASYNC_SCENARIOS)} "
-    f"(default: {','.join(plan.SCENARIOS)}; async, asgi, faults, invalidation and orm run only "
-    "when named)"
+    f"(default: {','.join(plan.SCENARIOS)}; async, asgi, faults, invalidation, orm and cluster "
+    "run only when named)"
 )
 IMPLS_HELP = f"comma-separated, of {', '.join(ADAPTERS)} (default: all)"
 BASELINE_HELP = (
@@ -369,14 +372,17 @@ def _baseline(
 def _run_async(
     scenario: str, settings: plan.Settings, client: Any, url: str, about: dict[str, Any]
 ) -> dict:
-    """Run the ``async``, ``asgi``, ``faults``, ``invalidation`` or ``orm`` scenario; return
-    ``{size: {row: entry}}`` as the others (``faults`` starts a Redis per row: ``client`` and
-    ``url`` are not used; ``invalidation``'s and ``orm``'s "sizes" are their parts, each a
-    table; ``orm`` notes its PostgreSQL's version in ``about``)."""
-    from . import asgi, async_calls, invalidation, orm
+    """Run the ``async``, ``asgi``, ``faults``, ``invalidation``, ``orm`` or ``cluster``
+    scenario; return ``{size: {row: entry}}`` as the others (``faults`` and ``cluster`` start
+    servers of their own: ``client`` and ``url`` are not used; ``invalidation``'s, ``orm``'s
+    and ``cluster``'s "sizes" are their parts; ``orm`` notes its PostgreSQL's version in
+    ``about``, ``cluster`` its cluster)."""
+    from . import asgi, async_calls, cluster, invalidation, orm
 
     progress = Progress(_async_steps(scenario, settings))
     try:
+        if scenario == "cluster":
+            return cluster.run(settings, progress.note, about)
         if scenario == "invalidation":
             return invalidation.run(client, url, settings, step=progress.note)
         if scenario == "orm":
@@ -426,8 +432,12 @@ def _run_faults(settings: plan.Settings, progress: Progress) -> dict[str, dict]:
 
 def _async_steps(scenario: str, settings: plan.Settings) -> int:
     """Return how many runs the scenario makes here, after saying which backends cannot run."""
-    from . import asgi, async_calls, faults, invalidation, orm
+    from . import asgi, async_calls, cluster, faults, invalidation, orm
 
+    if scenario == "cluster":
+        if why := cluster.missing():
+            print(f"cluster: {why}", file=sys.stderr)
+        return cluster.steps(settings)
     if scenario == "invalidation":
         return invalidation.steps(settings)
     if scenario == "orm":
@@ -491,27 +501,27 @@ def _meta(scenario: str, size: str, settings: plan.Settings) -> dict[str, Any]:
     }
 
 
-def _invalidation_tables(parts: dict, settings: plan.Settings) -> list[str]:
-    """Print the invalidation scenario's tables; return them in Markdown."""
-    from .invalidation_tables import tables
+def _part_tables(scenario: str, parts: dict, settings: plan.Settings) -> list[str]:
+    """Print the tables of a scenario whose "sizes" are its parts (invalidation, orm, cluster),
+    and its rows' first errors; return the tables in Markdown."""
+    if scenario == "invalidation":
+        from .invalidation_tables import tables
 
+        found, lines = tables(parts, settings), []
+    elif scenario == "orm":
+        from .orm_tables import errors, tables
+
+        found, lines = tables(parts, settings), errors(parts)
+    else:
+        from .cluster_tables import errors, tables
+
+        found, lines = tables(parts, settings), errors(parts)
     markdown = []
-    for heading, header, body in tables(parts, settings):
+    for heading, header, body in found:
         print(f"\n{heading}\n{report.text_table(header, body)}")
         markdown.append(f"### {heading}\n\n{report.markdown_table(header, body)}\n")
-    return markdown
-
-
-def _orm_tables(parts: dict, settings: plan.Settings) -> list[str]:
-    """Print the orm scenario's tables and its rows' first errors; return them in Markdown."""
-    from .orm_tables import errors, tables
-
-    markdown = []
-    for heading, header, body in tables(parts, settings):
-        print(f"\n{heading}\n{report.text_table(header, body)}")
-        markdown.append(f"### {heading}\n\n{report.markdown_table(header, body)}\n")
-    if lines := errors(parts):
-        print("\norm: first error per row:\n  " + "\n  ".join(lines))
+    if lines:
+        print(f"\n{scenario}: first error per row:\n  " + "\n  ".join(lines))
     return markdown
 
 
@@ -519,11 +529,8 @@ def _report(results, scenarios, settings, about, args, elapsed) -> int:
     markdown = []
     for scenario in scenarios:
         sizes = results[scenario]
-        if scenario == "invalidation":
-            markdown += _invalidation_tables(sizes, settings)
-            continue
-        if scenario == "orm":
-            markdown += _orm_tables(sizes, settings)
+        if scenario in PARTED:
+            markdown += _part_tables(scenario, sizes, settings)
             continue
         size = next(iter(sizes)) if scenario != "scale" else "-"
         heading = report.title(scenario, _meta(scenario, size, settings))
@@ -539,7 +546,9 @@ def _report(results, scenarios, settings, about, args, elapsed) -> int:
         print(f"\n{heading}\n{report.text_table(header, body, report.VERSUS_LABELS)}")
         table = report.markdown_table(header, body, report.VERSUS_LABELS)
         markdown.append(f"### {heading}\n\n{table}\n")
-    errors = report.errors_section(results, settings.grace)
+    # The cluster's rows are no adapters' (``report.row_label``): it lists its errors itself.
+    listed = {scenario: sizes for scenario, sizes in results.items() if scenario != "cluster"}
+    errors = report.errors_section(listed, settings.grace)
     if errors:
         print("\nfirst error per implementation:\n  " + "\n  ".join(errors))
     loads = [
@@ -564,6 +573,11 @@ def _report(results, scenarios, settings, about, args, elapsed) -> int:
         from .orm_figures import goals as orm_goals
 
         checks += orm_goals(results["orm"])
+    if "cluster" in results:
+        from .cluster_figures import goals as cluster_goals
+        from .cluster_work import STAMPEDE
+
+        checks += cluster_goals(results["cluster"], STAMPEDE)
     if checks:
         print("\ntargets for stampede:\n  " + "\n  ".join(targets.render(checks)))
     document = {

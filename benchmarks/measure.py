@@ -11,7 +11,8 @@ Definitions (also stated in docs/benchmarks.md):
 - churn, "loads per key per expiry": a key's loads are grouped into expiry windows, a new
   window starting with a load that begins more than timeout/2 after the previous one ended
   (a duplicate load overlaps the first or follows it closely; the next expiry is about a
-  timeout later). 1.00 means exactly one load per key per expiry.
+  timeout later). 1.00 means exactly one load per key per expiry; ``most_loads_in_a_window``
+  is the largest window's loads (one key's duplicates in one expiry, at worst).
 - churn, "stale": a value older than the timeout (plus 10 ms of measuring slack) when returned;
   "waited for a load": the value returned was loaded while the call ran, and the call took at
   least half a load time (a call that merely spanned the moment of the store is quick).
@@ -64,18 +65,24 @@ def percentile(ordered: list[float], q: float) -> float:
 
 def load_windows(loads: list[tuple[str, float, float]], gap: float) -> int:
     """Return how many expiry windows ``loads`` (key, start, end) fall into; see module doc."""
+    return len(window_sizes(loads, gap))
+
+
+def window_sizes(loads: list[tuple[str, float, float]], gap: float) -> list[int]:
+    """Return the loads of each expiry window of each key (windows as ``load_windows``)."""
     by_key: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for key, start, end in loads:
         by_key[key].append((start, end))
-    windows = 0
+    sizes: list[int] = []
     for spans in by_key.values():
         spans.sort()
         last_end = -math.inf
         for start, end in spans:
             if start > last_end + gap:
-                windows += 1
+                sizes.append(0)
+            sizes[-1] += 1
             last_end = max(last_end, end)
-    return windows
+    return sizes
 
 
 def summarize(result: RunResult) -> dict[str, Any]:
@@ -90,7 +97,7 @@ def summarize(result: RunResult) -> dict[str, Any]:
     return _cold(result)
 
 
-def _calls(result: RunResult, kind: int = IMPL) -> list[tuple[float, float, float, int]]:
+def recorded(result: RunResult, kind: int = IMPL) -> list[tuple[float, float, float, int]]:
     """Return (start, latency, age, tag) of every recorded call of ``kind``."""
     calls = []
     for outcome in result.outcomes:
@@ -138,7 +145,7 @@ def _stampede_from(outcomes: list[dict]) -> list[str]:
 
 def _cold(result: RunResult) -> dict[str, Any]:
     spec = result.spec
-    calls = _calls(result)
+    calls = recorded(result)
     loads = sorted(ld for o in result.outcomes for ld in o["loads"])
     metrics = _common(result, calls)
     metrics["loads"] = len(loads)
@@ -172,23 +179,31 @@ def _timeline(calls: list, loads: list) -> dict[str, float]:
     }
 
 
+def churn_span(result: RunResult) -> tuple[float, float]:
+    """Return the measured window of a churn run, (begin, end) in wall seconds: after the
+    unmeasured lead-in (``settle_s``) from the workers' start, ``seconds`` long."""
+    begin = statistics.median(o["go_wall"] for o in result.outcomes) + result.spec.settle_s
+    return begin, begin + result.spec.seconds
+
+
 def _churn(result: RunResult) -> dict[str, Any]:
     spec = result.spec
-    begin = statistics.median(o["go_wall"] for o in result.outcomes) + spec.settle_s
-    end = begin + spec.seconds
-    calls = [c for c in _calls(result) if begin <= c[0] < end]
-    control = [c for c in _calls(result, CONTROL) if begin <= c[0] < end]
+    begin, end = churn_span(result)
+    calls = [c for c in recorded(result) if begin <= c[0] < end]
+    control = [c for c in recorded(result, CONTROL) if begin <= c[0] < end]
     control_key = keys_of(spec)["control"]
     all_loads = [ld for o in result.outcomes for ld in o["loads"]]
     loads = [ld for ld in all_loads if ld[0] != control_key and begin <= ld[1] < end]
     metrics = _common(result, calls)
     hits = sorted(latency * 1000 for _, latency, age, _ in control if not math.isnan(age))
-    windows = load_windows(loads, spec.timeout / 2)
+    sizes = window_sizes(loads, spec.timeout / 2)
+    windows = len(sizes)
     requests = len(calls)
     metrics.update(
         loads=len(loads),
         windows=windows,
         loads_per_window=len(loads) / windows if windows else math.nan,
+        most_loads_in_a_window=max(sizes, default=0),
         requests=requests,
         rps=requests / spec.seconds,
         cmds_per_req=metrics["cmds"] / requests if requests else math.nan,
@@ -215,7 +230,7 @@ def _block_means(calls: list) -> list[float]:
 
 
 def _hit(result: RunResult) -> dict[str, Any]:
-    impl_calls, raw_calls = _calls(result, IMPL), _calls(result, RAW)
+    impl_calls, raw_calls = recorded(result, IMPL), recorded(result, RAW)
     metrics = _common(result, impl_calls)
     us = statistics.median(_block_means(impl_calls)) if impl_calls else math.nan
     raw_us = statistics.median(_block_means(raw_calls)) if raw_calls else math.nan
@@ -248,7 +263,7 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             values = [r[name] for r in good if not _isnan(r[name])]
             row[name] = statistics.median(values) if values else math.nan
-    for name in ("loads", "loads_per_window"):
+    for name in ("loads", "loads_per_window", "most_loads_in_a_window"):
         if name in good[0]:
             row[f"{name}_min"] = min(r[name] for r in good)
             row[f"{name}_max"] = max(r[name] for r in good)

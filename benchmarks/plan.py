@@ -16,8 +16,9 @@ SCENARIOS = ("cold", "churn", "hit", "scale")
 #: side, and that site through a Redis outage under uvicorn and gunicorn (``faults``); tag
 #: invalidation under load against ``delete_many``, its cost, and memory per key
 #: (``invalidation``); cached ORM queries on PostgreSQL against django-cachalot and
-#: django-cacheops (``orm``).
-ASYNC_SCENARIOS = ("async", "asgi", "faults", "invalidation", "orm")
+#: django-cacheops (``orm``); django-valkey's ClusterValkeyCache against StampedeCache over it
+#: on a Redis Cluster, through a reshard, a failover and a killed primary (``cluster``).
+ASYNC_SCENARIOS = ("async", "asgi", "faults", "invalidation", "orm", "cluster")
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,17 @@ class Settings:
     orm_sizes: tuple[int, ...] = (1_000, 100_000)
     orm_real_fills: int = 1_000
     orm_cost_repeat: int = 5
+    # cluster (benchmarks.cluster): one 3+3 Redis Cluster; `cluster_processes` x
+    # `cluster_threads` clients; the herd (a cold key, load_s) and churn (keys, churn_timeout,
+    # churn_load_s, churn_seconds) `cluster_repeat` times; each event row the same churn for
+    # `cluster_event_seconds`, the event `cluster_event_at_s` into it (a reshard moves
+    # `cluster_reshard_slots` slots)
+    cluster_processes: int = 4
+    cluster_threads: int = 25
+    cluster_repeat: int = 3
+    cluster_event_seconds: float = 18.0
+    cluster_event_at_s: float = 2.0
+    cluster_reshard_slots: int = 4096
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -131,6 +143,12 @@ QUICK = {
     "orm_sizes": (1_000, 5_000),
     "orm_real_fills": 500,
     "orm_cost_repeat": 1,
+    "cluster_processes": 2,
+    "cluster_threads": 10,
+    "cluster_repeat": 1,
+    "cluster_event_seconds": 4.0,
+    "cluster_event_at_s": 0.3,
+    "cluster_reshard_slots": 1024,
 }
 
 
@@ -162,6 +180,9 @@ class RunSpec:
     # the one the parent imports (the working tree's).
     source: str = ""
     run_id: str = field(default="")
+    # churn: the hot keys' names, ``keys`` of them; () for the default (``workload.keys_of``).
+    # The cluster's event rows name keys in the slots their event moves (``cluster_nodes``).
+    hot_keys: tuple[str, ...] = ()
 
     @property
     def clients(self) -> int:

@@ -89,14 +89,18 @@ class Recorder:
 
 
 def keys_of(spec: RunSpec) -> dict[str, str]:
-    """Return the run's Redis keys by role; the run id keeps every run's keys apart."""
+    """Return the run's Redis keys by role; the run id keeps every run's keys apart.
+
+    The hot keys are ``k0``... (``bench:<run id>:k<n>``), or the names ``spec.hot_keys`` gives.
+    """
+    hot = spec.hot_keys or [f"bench:{spec.run_id}:k{n}" for n in range(spec.keys)]
     return {
         "cold": f"bench:{spec.run_id}:cold",
         "warm": f"bench:{spec.run_id}:warm",
         "hit": f"bench:{spec.run_id}:hit",
         "raw": f"bench:{spec.run_id}:raw",
         "control": f"bench:{spec.run_id}:control",
-        **{f"k{n}": f"bench:{spec.run_id}:k{n}" for n in range(spec.keys)},
+        **{f"k{n}": name for n, name in enumerate(hot)},
     }
 
 
