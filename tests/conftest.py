@@ -5,6 +5,9 @@ The session server is shared; tests that kill or restart Redis take ``fresh_redi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import redis as redis_py
 from hypothesis import HealthCheck, settings
@@ -39,6 +42,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         folder = item.path.parent.name
         if folder in _SHARED_SERVERS:
             item.add_marker(pytest.mark.xdist_group(_SHARED_SERVERS[folder]))
+
+
+@pytest.fixture
+def figure() -> Callable[..., None]:
+    """Return ``figure(name, value, unit="")``: print one measured figure of this test (the
+    fault tests' own also records it for their table)."""
+
+    def record(name: str, value: Any, unit: str = "") -> None:
+        if isinstance(value, float):
+            value = round(value, 4)
+        print(f"\n[figure] {name}: {value}{' ' + unit if unit else ''}")
+
+    return record
 
 
 @pytest.fixture(scope="session")

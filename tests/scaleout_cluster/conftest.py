@@ -9,10 +9,13 @@ Every test runs on two clusters, each built from a binary named explicitly:
 
 Tests that fail a primary over or move a slot leave the cluster in a new but healthy shape
 (still three primaries covering every slot): no test assumes which node owns which slot; they
-ask the cluster client.
+ask the cluster client. A test that kills a node takes ``own_cluster_servers``, a cluster of
+its own of the same two kinds.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import pytest
 from redis.cluster import RedisCluster
@@ -41,12 +44,22 @@ def _binary(kind: str) -> str:
     return bundled
 
 
-@pytest.fixture(scope="session", params=["sharded", "plain"])
-def cluster_servers(request):
-    servers = ClusterServers(binary=_binary(request.param)).start()
+def _started(kind: str) -> Iterator[ClusterServers]:
+    servers = ClusterServers(binary=_binary(kind)).start()
     yield servers
     release_servers(*servers.ports)
     servers.stop()
+
+
+@pytest.fixture(scope="session", params=["sharded", "plain"])
+def cluster_servers(request):
+    yield from _started(request.param)
+
+
+@pytest.fixture(params=["sharded", "plain"])
+def own_cluster_servers(request):
+    """A cluster of the test's own, whose nodes it may kill (the session's is shared)."""
+    yield from _started(request.param)
 
 
 @pytest.fixture

@@ -8,8 +8,7 @@ before a failover can be authorized.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 import redis as redis_py
@@ -51,15 +50,3 @@ def own_sentinel_cluster() -> Iterator[SentinelCluster]:
         yield cluster
     finally:
         cluster.stop()
-
-
-@pytest.fixture
-def figure() -> Callable[..., None]:
-    """Return ``figure(name, value, unit="")``: print one measured figure of this test."""
-
-    def record(name: str, value: Any, unit: str = "") -> None:
-        if isinstance(value, float):
-            value = round(value, 4)
-        print(f"\n[figure] {name}: {value}{' ' + unit if unit else ''}")
-
-    return record

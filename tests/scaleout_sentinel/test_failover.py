@@ -11,10 +11,10 @@ one loader call: protection resumed without a restart.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
-from typing import Any
 
 import pytest
 import redis as redis_py
@@ -22,7 +22,8 @@ import redis as redis_py
 from stampede.core.keys import lock_key
 from stampede.io import clients
 from stampede.lock._sync.mutex import Mutex
-from tests.helpers import SPAWN, wait_until
+from tests.django.churn import Churn, overlapping, phase_figures
+from tests.helpers import wait_until
 from tests.scaleout_sentinel import workers
 
 KEYS = [f"page:{n}" for n in range(4)]
@@ -35,46 +36,6 @@ LOCK_TTL = 5.0
 #: A request may wait WAIT_TIMEOUT, then load; Redis calls during the outage are refused at
 #: once on loopback, bounded by SOCKET_TIMEOUT otherwise. Only a hang goes past this.
 SLACK = 10.0
-
-
-def overlapping(loads: list[tuple[str, float, float]]) -> list[tuple[str, float, float]]:
-    """Return the loads that ran while another load of the same key ran (a stampede's mark)."""
-    marked = []
-    by_key: dict[str, list[tuple[str, float, float]]] = {}
-    for load in loads:
-        by_key.setdefault(load[0], []).append(load)
-    for runs in by_key.values():
-        runs.sort(key=lambda run: run[1])
-        latest_end = float("-inf")
-        for index, run in enumerate(runs):
-            if run[1] < latest_end:
-                marked.append(run)
-                if index and runs[index - 1] not in marked:
-                    marked.append(runs[index - 1])
-            latest_end = max(latest_end, run[2])
-    return marked
-
-
-def phase_figures(
-    requests: list[tuple[Any, ...]], loads: list[tuple[str, float, float]], start: float, end: float
-) -> dict[str, Any]:
-    """Return the figures of the requests and loads that began in [start, end)."""
-    here = [r for r in requests if start <= r[1] < end]
-    loaded = [run for run in loads if start <= run[1] < end]
-    failed = [r for r in here if r[3] != "value"]
-    unprotected = [r for r in here if r[5]]  # Redis failed: loaded under ON_REDIS_ERROR
-    seconds = max(end - start, 1e-9)
-    expiries = len(KEYS) * seconds / TIMEOUT
-    return {
-        "seconds": round(seconds, 3),
-        "requests": len(here),
-        "failed requests": len(failed),
-        "errors": sorted({r[4] for r in failed}),
-        "requests Redis failed": len(unprotected),
-        "loader calls": len(loaded),
-        "loader calls per key per expiry": round(len(loaded) / expiries, 3),
-        "overlapping loads": len(overlapping(loaded)),
-    }
 
 
 @pytest.mark.slow
@@ -91,8 +52,6 @@ def test_primary_killed_mid_stampede_fails_over_and_protection_resumes(
 ):
     """No caller hangs; after the failover the same processes load a cold key exactly once."""
     cluster = own_sentinel_cluster
-    processes, threads = 3, 4
-    callers = processes * threads
     setting = workers.sentinel_caches(
         cluster.addresses,
         backing_options,
@@ -101,37 +60,7 @@ def test_primary_killed_mid_stampede_fails_over_and_protection_resumes(
         ON_REDIS_ERROR="load",
         EARLY_REFRESH_BETA=0,  # no refresh before expiry: one load per key per expiry at most
     )
-    ready, go, stop = SPAWN.Value("i", 0), SPAWN.Event(), SPAWN.Event()
-    cold_go, cold_calls = SPAWN.Event(), SPAWN.Value("i", 0)
-    arrived, everyone = SPAWN.Value("i", 0), SPAWN.Event()
-    results = SPAWN.Queue()
-    args = (
-        setting,
-        KEYS,
-        TIMEOUT,
-        LOAD_SECONDS,
-        threads,
-        ready,
-        go,
-        stop,
-        "cold:after-failover",
-        cold_go,
-        cold_calls,
-        arrived,
-        everyone,
-        callers,
-        results,
-    )
-    children = [
-        SPAWN.Process(target=workers.churn_then_cold_stampede, args=args, daemon=True)
-        for _ in range(processes)
-    ]
-    for child in children:
-        child.start()
-    try:
-        wait_until(lambda: ready.value == processes, "every app process is set up", 60)
-        go.set()
-        started = time.monotonic()
+    with Churn(setting, KEYS, "cold:after-failover", TIMEOUT, LOAD_SECONDS) as churn:
         time.sleep(3.0)  # steady state before the fault: the test's clock, not a sync point
         killed_at = cluster.kill_primary()
         wait_until(
@@ -139,25 +68,10 @@ def test_primary_killed_mid_stampede_fails_over_and_protection_resumes(
         )
         promoted_at = time.monotonic()
         time.sleep(8.0)  # the churn goes on after the failover (past a lock left on the replica)
-        stop.set()
-        churn = [results.get(timeout=60) for _ in range(callers)]
-        stopped = time.monotonic()
-        cold_go.set()
-        cold = [results.get(timeout=60) for _ in range(callers)]
-        pids = {child.pid for child in children}
-        alive = all(child.is_alive() for child in children)
-    finally:
-        stop.set()
-        cold_go.set()
-        everyone.set()
-        for child in children:
-            child.join(10)
-            if child.is_alive():
-                child.kill()
-                child.join(10)
+        churn.finish()
 
-    requests = [request for _, _, batch, _ in churn for request in batch]
-    loads = [run for _, _, _, batch in churn for run in batch]
+    requests, loads = churn.requests, churn.loads
+    phase = functools.partial(phase_figures, requests, loads, keys=len(KEYS), timeout=TIMEOUT)
     # Protection resumes once no request fails, meets a Redis error (a process's pooled
     # connections to the dead primary each fail once, after the promotion, and such a request
     # loads unprotected) or runs a load beside another of its key.
@@ -169,18 +83,17 @@ def test_primary_killed_mid_stampede_fails_over_and_protection_resumes(
         "recovery (kill -> end of the last failed, unprotected or overlapping call)": round(
             recovered_at - killed_at, 3
         ),
-        "before the kill": phase_figures(requests, loads, started, killed_at),
-        "outage": phase_figures(requests, loads, killed_at, recovered_at),
-        "after": phase_figures(requests, loads, recovered_at, stopped),
+        "before the kill": phase(churn.started, killed_at),
+        "outage": phase(killed_at, recovered_at),
+        "after": phase(recovered_at, churn.stopped),
         "slowest request (s)": round(max(r[2] - r[1] for r in requests), 3),
-        "cold stampede after the failover: loader calls": cold_calls.value,
+        "cold stampede after the failover: loader calls": churn.cold_calls,
     }
     for name, value in figures.items():
         figure(name, value)
     summary = json.dumps(figures, indent=1)
 
-    assert alive, "an app process died"
-    assert {pid for _, pid, _, _ in churn} == pids
+    assert churn.alive, "an app process died"
     slowest = max(r[2] - r[1] for r in requests)
     assert slowest < WAIT_TIMEOUT + SLACK, summary
     assert figures["before the kill"]["failed requests"] == 0, summary
@@ -194,10 +107,7 @@ def test_primary_killed_mid_stampede_fails_over_and_protection_resumes(
     after = figures["after"]
     assert after["loader calls"] <= len(KEYS) * (after["seconds"] / TIMEOUT + 1), summary
     # Protection resumed in the same processes: one load for every caller of every process.
-    assert cold_calls.value == 1, summary
-    assert sorted(kind for kind, *_ in cold) == ["cold"] * callers
-    assert len({got for _, _, got, _ in cold}) == 1, summary
-    assert next(iter({got[0] for _, _, got, _ in cold})) == "value", summary
+    churn.check_cold_stampede(summary)
 
 
 @pytest.mark.slow
