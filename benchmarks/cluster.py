@@ -9,7 +9,7 @@ replicas on loopback ports (``cluster_nodes``), while the cluster changes under 
 - **churn**: the same clients loop over ``keys`` (5) hot keys with a timeout of
   ``churn_timeout`` (1 s) and a loader of ``churn_load_s`` (50 ms), ``churn_seconds`` (8 s)
   measured after one unmeasured expiry; ``cluster_repeat`` runs.
-- **reshard**: that churn for ``cluster_event_seconds`` (18 s) while ``redis-cli --cluster
+- **reshard**: that churn for ``cluster_event_seconds`` (24 s) while ``redis-cli --cluster
   reshard`` moves ``cluster_reshard_slots`` (4 096: a quarter of all slots, three quarters of
   the source's) from the primary of slot 0 to the primary of the next slot range,
   ``cluster_event_at_s`` (2 s) into the measured window; the hot keys are named in the slots it

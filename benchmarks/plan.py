@@ -102,7 +102,7 @@ class Settings:
     cluster_processes: int = 4
     cluster_threads: int = 25
     cluster_repeat: int = 3
-    cluster_event_seconds: float = 18.0
+    cluster_event_seconds: float = 24.0
     cluster_event_at_s: float = 2.0
     cluster_reshard_slots: int = 4096
 

@@ -80,10 +80,10 @@ def _churn(results: dict) -> list[Check]:
     plain, grace = _row(results, "churn", "stampede"), _row(results, "churn", "stampede-grace")
     if plain is not None:
         target = "churn: 1.00 loads per key per expiry without grace"
-        checks.append(_loads_per_expiry(target, plain))
+        checks.append(loads_per_expiry(target, plain))
     if grace is not None:
         target = "churn: <= 1.02 loads per key per expiry with grace"
-        checks.append(_loads_per_expiry(target, grace, bound=1.02))
+        checks.append(loads_per_expiry(target, grace, bound=1.02))
         # The hit latency under the same load: control hits on a key that stays warm for the
         # whole run, made by the same clients between their churn calls (see measure.py).
         p99, hit_p99 = grace["p99_ms"], grace.get("hit_p99_ms", math.nan)
@@ -108,7 +108,9 @@ def _churn(results: dict) -> list[Check]:
     return checks or [("churn targets", "churn not run for stampede", None)]
 
 
-def _loads_per_expiry(target: str, row: dict, bound: float = 1.00) -> Check:
+def loads_per_expiry(target: str, row: dict, bound: float = 1.00) -> Check:
+    """Return the check of a churn row's loads per key per expiry: its median over the runs,
+    to two decimals, against ``bound`` (the runs' spread beside it)."""
     value = row["loads_per_window"]
     spread = f"{row['loads_per_window_min']:.3f}-{row['loads_per_window_max']:.3f}"
     return target, f"{value:.3f} (runs {spread})", round(value, 2) <= bound
@@ -143,7 +145,7 @@ def _near(results: dict) -> list[Check]:
     churn = _row(results, "churn", "stampede-near")
     if churn is not None:
         target = "churn with NEAR_CACHE: 1.00 loads per key per expiry, as without"
-        checks.append(_loads_per_expiry(target, churn))
+        checks.append(loads_per_expiry(target, churn))
     return checks or [("near cache targets", "hit and churn not run for stampede-near", None)]
 
 
