@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction, sync_to_async
+from asgiref.sync import async_to_sync, iscoroutinefunction, sync_to_async
 from django.core.cache.backends.base import DEFAULT_TIMEOUT
 from redis.exceptions import RedisError
 
@@ -64,6 +64,27 @@ def as_django_runs_it(loader: Callable[[], Any]) -> Callable[[], Any]:
         return await sync_to_async(loader, thread_sensitive=True)()
 
     return load
+
+
+def in_a_worker_thread(loader: Callable[[], Any]) -> Callable[[], Any]:
+    """Return ``loader`` as a sync fill run in a worker thread calls it: a coroutine function
+    awaited on the caller's event loop (``async_to_sync``), any other callable as it is."""
+    if iscoroutinefunction(loader):
+        return async_to_sync(loader)
+    return loader
+
+
+def given(timeout: Any, version: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Return (positional, keyword) arguments that pass ``timeout`` and ``version`` on only
+    where given: a default not written is not passed on. ``timeout`` goes second, as callers
+    write it (``set_many(data, 60)``); ``version`` third after it, else by name.
+
+    django-valkey's cluster ``set_many(data, version)`` takes no timeout: given the same
+    arguments, it answers through the wrapper what it answers alone.
+    """
+    if timeout is not DEFAULT_TIMEOUT:
+        return ((timeout,) if version is None else (timeout, version)), {}
+    return (), ({} if version is None else {"version": version})
 
 
 def bloom_check(bloom: Any, key: Any, item: Any) -> Any:

@@ -31,17 +31,29 @@ def cluster_client_from_url(url: str, options: dict[str, Any]) -> Any:
     (``redis://``, ``rediss://``), each node's connections taking ``options`` (AUTH, TLS,
     timeouts), bounded (``deadlines.TIMEOUTS``) where they say nothing.
 
-    The cluster client's own retries are left as redis-py sets them: across a failover they
-    learn the new owner of a slot (a ``Retry`` of one attempt, as ``deadlines.bounded`` gives a
-    single server's connections, would stop them at the first ``MOVED``).
+    A command caught by a slot's migration is tried again until it ends
+    (``migrating.MigrationPatientCluster``). A command to a node that does not answer is
+    tried again 3 times, at most 80 ms apart, each time after the client learns the slots
+    anew (where ``options`` give no ``retry`` of their own): a failover's new primary is
+    found, and a dead one is reported within about a deadline, not after redis-py's 10
+    attempts up to a second apart; the outage rules take it from there.
     """
-    from redis.cluster import RedisCluster
+    from redis.backoff import ExponentialBackoff
+    from redis.retry import Retry
+
+    from .migrating import MigrationPatientCluster
 
     kwargs = dict(options)
     for name in deadlines.TIMEOUTS:
         if kwargs.get(name) is None:
             kwargs[name] = deadlines.DEADLINE
-    return RedisCluster.from_url(url, **kwargs)
+    if kwargs.get("retry") is None:
+        kwargs["retry"] = Retry(ExponentialBackoff(cap=0.08, base=0.02), CLUSTER_RETRIES)
+    return MigrationPatientCluster.from_url(url, **kwargs)
+
+
+#: How many times the fills' cluster client sends again a command whose node did not answer.
+CLUSTER_RETRIES = 3
 
 
 def client_of_pool(pool: Any) -> Any:

@@ -1,4 +1,4 @@
-"""CACHES over a Redis Cluster: ``StampedeCache`` wrapping django-valkey's ``ClusterValkeyCache``."""
+"""CACHES over a Redis Cluster: ``StampedeCache`` over django-valkey's ``ClusterValkeyCache``."""
 
 from __future__ import annotations
 

@@ -13,9 +13,6 @@ Each runs on the "sharded" cluster (Redis >= 7.0, or Valkey when ``STAMPEDE_REDI
 a valkey-server) and on the "plain" one (Redis 6.2): Debian's ``redis-cli`` (6.2 or later)
 reshards both. Phases are timed by the test; it waits for refills it sees in the cluster (a
 new value of every key), never for a fixed time.
-
-Two defects of the package hold two of the tests as expected failures, each on an exception
-of its own (``xfail(raises=...)``): any other failed assertion still fails them.
 """
 
 from __future__ import annotations
@@ -196,32 +193,14 @@ def check_calm(phase: dict[str, Any], summary: str) -> None:
 
 
 class FillsTookTheChangeForAnOutage(AssertionError):
-    """Fill calls met a Redis error while the cluster stayed healthy (see the xfail reason)."""
-
-
-#: The defect the reshard test shows, found while writing it (the report has the diagnosis).
-TRYAGAIN_DEFECT = (
-    "a fill of a key whose slot is mid-migration gets ClusterError('TTL exhausted') once"
-    " redis-py's RedisCluster has spent its 16 attempts (ASK and TRYAGAIN in turn: 0.1-0.2 s),"
-    " and the outage rules take it for a Redis failure: the read (MGET value, meta) and the"
-    " lock (a script over the key's names) of a key that expired meanwhile are told TRYAGAIN by"
-    " the importing node until the slot's last key has moved, so each process loads it"
-    " unprotected, beside the others"
-)
+    """Fill calls met a Redis error while the cluster stayed healthy: a migration taken for an
+    outage."""
 
 
 class FillsWaitedPastTheDeadline(AssertionError):
-    """A request for the dead primary's keys waited past the deadline (see the reason)."""
+    """A request for the dead primary's keys waited past the deadline."""
 
 
-#: The defect the kill test shows, found while writing it (the report has the diagnosis).
-RETRY_DEFECT = (
-    "the fills' cluster client keeps redis-py's retries (10, jittered exponential back-off up"
-    " to 1 s, and 0.25 s per CLUSTERDOWN): a fill of a slot whose primary died waits about 4 s,"
-    " not the 1 s deadline, before it fails and loads in-process (or, where the replica is"
-    " promoted sooner, until the promotion); the process's other callers of the key wait with"
-    " it, and every thread of the process ends up waiting on that key"
-)
 #: What a busy machine may add to a deadline: a process stalled (only a hang goes far past).
 BUSY = 1.0
 
@@ -269,7 +248,6 @@ def check_change(
     return during
 
 
-@pytest.mark.xfail(strict=True, raises=FillsTookTheChangeForAnOutage, reason=TRYAGAIN_DEFECT)
 def test_a_live_reshard_under_load_fails_no_fill_and_loads_each_key_once_per_expiry(
     cluster, cluster_servers, figure
 ):
@@ -328,7 +306,6 @@ def test_a_manual_failover_under_load_fails_no_fill_and_loads_each_key_once_per_
     check_change(figure, churn, keys, began, ended, met)
 
 
-@pytest.mark.xfail(strict=True, raises=FillsWaitedPastTheDeadline, reason=RETRY_DEFECT)
 def test_a_killed_primary_under_load_fails_no_fill_and_protection_resumes_after_the_promotion(
     own_cluster_servers, figure
 ):

@@ -14,10 +14,6 @@ keeps the drop-in promise it keeps over Django's ``RedisCache``.
 - The system checks are silent on this configuration, and the wrapper takes the keys the
   backing takes (it validates none), while ``cache.validate_key`` is ``BaseCache``'s.
 
-Where the wrapper breaks the promise, the test stays, marked ``xfail(strict=True)`` with the
-cause: ``set_many`` without a timeout (SET_MANY_DEFECT), the page cache (PAGES_DEFECT), and
-coroutine-function loaders of the asyncio fills (COROUTINE_DEFECT).
-
 Each test runs on a Redis >= 7.0 (or Valkey) cluster and on a Redis 6.2 one (conftest.py).
 Loads and renders are counted in the cluster (``django_workers.count``), across real processes.
 """
@@ -298,14 +294,6 @@ def valkeys_own_names(call: Callable[..., Any], keys: list[str]) -> list[Any]:
     return [call("keyslot", keys[0]) == slot, 0 < call("ttl", keys[0]) <= 60, call("ttl", "no")]
 
 
-SET_MANY_DEFECT = (
-    "StampedeCache.set_many(data) calls the backing's set_many(data, DEFAULT_TIMEOUT, None) "
-    "with Django's defaults written out; django-valkey's cluster set_many is "
-    "mset_nonatomic(data, version=None, client=None), so the DEFAULT_TIMEOUT sentinel becomes "
-    "the keys' version (':<object object at 0x...>:key') where the backing's own call stores "
-    "':1:key': get_many then answers {} instead of the values"
-)
-
 SCENARIOS = [
     pytest.param(get_and_set, [True, {"rows": [1]}, "x"], id="get-set"),
     # django-valkey's add of a key that exists answers SET NX's None, where Django's says False.
@@ -325,7 +313,6 @@ SCENARIOS = [
         set_many,
         [[True] * 3, {0: "v", 1: "v", 2: "v"}],
         id="set_many",
-        marks=pytest.mark.xfail(strict=True, reason=SET_MANY_DEFECT),
     ),
     pytest.param(has_key, [True, False], id="has_key"),
     pytest.param(incr_and_decr, [2, 12, 9, 9, Raised()], id="incr-decr"),
@@ -401,14 +388,6 @@ def test_a_cold_key_read_by_asyncio_tasks_of_3_processes_loads_once(cache, cache
 
 # -- coroutine loaders ---------------------------------------------------------------------------
 
-COROUTINE_DEFECT = (
-    "over a cluster the store has no asyncio twin (clients.async_twin finds no "
-    "connection_pool on a RedisCluster, so StampedeCache._afiller() is None), and "
-    "aget_or_set/aget_or_load then run the sync get_or_set/get_or_load in a worker thread with "
-    "the loader as given, not as_django_runs_it(loader): a coroutine function is called and "
-    "its coroutine is stored, never awaited (TypeError: cannot pickle 'coroutine' object)"
-)
-
 
 def without_unawaited_warnings(call: Callable[[], Any]) -> tuple[Any, ...]:
     """Return ``outcome(call)``, with the "never awaited" warning of a coroutine it left behind
@@ -429,7 +408,6 @@ async def async_report() -> str:
     return await load_on_the_loop()
 
 
-@pytest.mark.xfail(strict=True, reason=COROUTINE_DEFECT)
 @pytest.mark.parametrize(
     "fill",
     [
@@ -522,13 +500,6 @@ def test_a_hard_tag_invalidation_makes_the_next_fill_load_once(cache, cluster, m
 
 # -- pages and @cached ---------------------------------------------------------------------------
 
-PAGES_DEFECT = (
-    "the page flow publishes a URL's header list with cache.set_many(values, lifetime) "
-    "(adapter/_sync/pages.py _publish), and django-valkey's cluster set_many is "
-    "mset_nonatomic(data, version, client): the list is stored under version `lifetime` "
-    "(':120.0:views.decorators.cache.cache_header...', with no expiry), so Django's "
-    "get_cache_key never finds it and every request renders the page again"
-)
 
 PAGES = [
     pytest.param("/report/", False, id="single_flight"),
@@ -540,7 +511,6 @@ def page_of(url: str) -> str:
     return url.strip("/")
 
 
-@pytest.mark.xfail(strict=True, reason=PAGES_DEFECT)
 @pytest.mark.parametrize(("url", "middleware"), PAGES)
 def test_a_page_is_rendered_once_and_served_from_the_cluster(
     settings, cache, caches_setting, url, middleware
@@ -556,7 +526,6 @@ def test_a_page_is_rendered_once_and_served_from_the_cluster(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=PAGES_DEFECT)
 @pytest.mark.parametrize(("url", "middleware"), PAGES)
 def test_a_cold_page_requested_by_3_processes_of_10_threads_renders_once(
     cache, caches_setting, url, middleware

@@ -121,7 +121,11 @@ class AsyncCacheMethods:
         data = dict(data)  # read once: by the wrapped cache, then for its keys
         backend = self._abackend("set_many", args, kwargs)
         with self._writing(data, version):
-            return await backend.aset_many(data, timeout, version, *args, **kwargs)
+            if args:  # the wrapped cache's own positional arguments, after Django's
+                return await backend.aset_many(data, timeout, version, *args, **kwargs)
+            # Only what was given: django-valkey's cluster cache takes a version second.
+            positional, named = call_args.given(timeout, version)
+            return await backend.aset_many(data, *positional, **named, **kwargs)
 
     async def aincr(self, key, delta=1, version=None, *args, **kwargs) -> Any:
         with self._writing([key], version):
@@ -208,9 +212,9 @@ class AsyncCacheMethods:
         loader = default if callable(default) else call_args.Constant(default)
         filler = self._afiller()
         # unasync: async only
-        if filler is None:  # no asyncio twin of the lock client (Sentinel): in a worker thread
+        if filler is None:  # no asyncio twin of the lock client (Sentinel, Cluster): in a thread
             return await sync_to_async(self.get_or_set, thread_sensitive=False)(
-                key, loader, seconds, version
+                key, call_args.in_a_worker_thread(loader), seconds, version
             )
         loader = call_args.as_django_runs_it(loader)
         # unasync: end
@@ -249,7 +253,7 @@ class AsyncCacheMethods:
             fill = self.get_or_load
             arguments = dict(default=default, tags=tags, **answered, **options)
             return await sync_to_async(fill, thread_sensitive=False)(
-                key, loader, timeout, version, **arguments
+                key, call_args.in_a_worker_thread(loader), timeout, version, **arguments
             )
         loader = call_args.as_django_runs_it(loader)
         # unasync: end

@@ -292,10 +292,16 @@ def _published(shared: Shared, policy: PagePolicy) -> list[tuple[dict[str, Any],
 
 
 async def _publish(shared: Shared, visit: _Visit) -> None:
-    """Store what makes the stored page findable (:func:`_published`)."""
+    """Store what makes the stored page findable (:func:`_published`).
+
+    One ``set`` per value, as Django's ``learn_cache_key`` writes a header list: a backing's
+    ``set_many`` may not take Django's ``timeout`` (django-valkey's cluster cache reads it as
+    the version).
+    """
     try:
         for values, lifetime in _published(shared, visit.policy):
-            await visit.cache.aset_many(values, lifetime)
+            for key, value in values.items():
+                await visit.cache.aset(key, value, lifetime)
     except _STORE_ERRORS as error:
         _without_redis(visit, error, "the page's header list write")
 

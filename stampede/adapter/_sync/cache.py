@@ -108,7 +108,11 @@ class CacheMethods:
         data = dict(data)  # read once: by the wrapped cache, then for its keys
         backend = self._backend("set_many", args, kwargs)
         with self._writing(data, version):
-            return backend.set_many(data, timeout, version, *args, **kwargs)
+            if args:  # the wrapped cache's own positional arguments, after Django's
+                return backend.set_many(data, timeout, version, *args, **kwargs)
+            # Only what was given: django-valkey's cluster cache takes a version second.
+            positional, named = call_args.given(timeout, version)
+            return backend.set_many(data, *positional, **named, **kwargs)
 
     def incr(self, key, delta=1, version=None, *args, **kwargs) -> Any:
         with self._writing([key], version):

@@ -1,0 +1,61 @@
+"""A cluster client whose commands caught by a slot's migration are tried again, within a deadline.
+
+While ``redis-cli --cluster reshard`` (or any ``MIGRATE``-based move) carries a slot's keys from
+one primary to another, a command over several keys of that slot (the fill's ``MGET`` of a
+value and its meta, its Lua scripts over a key's value, meta, lock and fence) is answered
+``-ASK`` by the source for the keys gone and ``-TRYAGAIN`` by the target until every key it
+names has arrived. redis-py follows ``-ASK`` and waits a little on ``-TRYAGAIN``, but gives up
+after its request TTL (16 redirections, 0.1 to 0.2 s) with ``ClusterError("TTL exhausted.")``.
+That is no outage: the slot is served again as soon as its last key has moved. The outage
+rules (an in-process load) would load the key once per process, unprotected.
+
+Rule: a migration is waited out, not taken for a failure. A command that ends in
+``TryAgainError`` or redis-py's exhausted request TTL is sent again, after a pause that doubles
+(10 ms, then 20, ... at most 100 ms), until ``PATIENCE`` seconds have passed since its first
+attempt; then the error is raised, and the outage rules apply. A key that is absent while
+its slot migrates (expired, never filled) cannot be locked before the slot's last key has
+moved: ``redis-cli``'s reshard moves a slot of 100,000 keys in about 2.5 s. ``PATIENCE``
+is half the fills' default ``WAIT_TIMEOUT``, so that the callers waiting for a fill that
+waits out a migration do not give up on it first.
+Rule: the other errors keep redis-py's handling: ``-MOVED``/``-ASK`` followed, a dead node's
+connection retried as the client's ``Retry`` says (``factory.cluster_client_from_url``
+bounds it), ``CLUSTERDOWN`` raised once those retries are spent.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from redis.cluster import RedisCluster
+from redis.exceptions import ClusterError, TryAgainError
+
+#: How long a command is tried again while its slot migrates (seconds).
+PATIENCE = 5.0
+_FIRST_PAUSE = 0.01
+_LONGEST_PAUSE = 0.1
+
+
+def caught_by_a_migration(error: BaseException) -> bool:
+    """Return True if ``error`` says the command's slot is being migrated."""
+    if isinstance(error, TryAgainError):
+        return True
+    return type(error) is ClusterError and str(error).startswith("TTL exhausted")
+
+
+class MigrationPatientCluster(RedisCluster):
+    """``redis.cluster.RedisCluster``, but a command caught by a slot's migration is sent again
+    until the migration ends (see the module docstring)."""
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        started = time.monotonic()
+        pause = _FIRST_PAUSE
+        while True:
+            try:
+                return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
+            except (TryAgainError, ClusterError) as error:
+                left = PATIENCE - (time.monotonic() - started)
+                if not caught_by_a_migration(error) or left <= 0:
+                    raise
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, _LONGEST_PAUSE)
