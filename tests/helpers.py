@@ -233,6 +233,18 @@ def stop_server(server: Any) -> None:
     server.stop()
 
 
+def end_children(children: Iterable[Any], grace: float) -> None:
+    """Wait up to ``grace`` seconds for each started child process to end, and kill one
+    that has not: a test's spawned workers, told to stop, never outlive it."""
+    for child in children:
+        if child.pid is None:
+            continue  # never started
+        child.join(grace)
+        if child.is_alive():
+            child.kill()
+            child.join(10)
+
+
 def shifted_clock(shift: list[float]) -> Clock:
     """The real clock, ``shift[0]`` seconds off on the wall: soft expiry without waiting.
 

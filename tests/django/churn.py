@@ -24,7 +24,7 @@ from django.core.cache import caches
 
 from stampede.core import events
 from tests.django.workers import outcome, setup_django
-from tests.helpers import SPAWN, in_threads, wait_until
+from tests.helpers import SPAWN, end_children, in_threads, wait_until
 
 #: A load: (key, start, end).
 Load = tuple[str, float, float]
@@ -219,13 +219,7 @@ class Churn:
     def __exit__(self, *exc_info: Any) -> None:
         for event in (self._stop, self._cold_go, self._everyone):
             event.set()
-        for child in self._children:
-            if child.pid is None:
-                continue
-            child.join(10)
-            if child.is_alive():
-                child.kill()
-                child.join(10)
+        end_children(self._children, 10)
         self._results.close()
         self._results.join_thread()
 

@@ -31,7 +31,7 @@ from django.core.cache import caches
 
 from stampede.core import events
 from tests.django.workers import caches_config, outcome, setup_django
-from tests.helpers import SPAWN, in_threads
+from tests.helpers import SPAWN, end_children, in_threads
 
 COUNTED_EVENTS = ("coalesced", "waited", "lock_lost", "redis_error")
 #: Loader calls per round whose process ids are kept (``Herd.loader_pids``).
@@ -163,13 +163,7 @@ class Herd:
     def stop(self) -> None:
         for event in (*self.go, *self.proceed):
             event.set()
-        for child in self.children:
-            if child.pid is None:
-                continue
-            child.join(5)
-            if child.is_alive():
-                child.kill()
-                child.join(10)
+        end_children(self.children, 5)
 
 
 # -- the children ------------------------------------------------------------------------------
