@@ -26,7 +26,7 @@ from django.core.cache import caches
 from django.core.exceptions import ImproperlyConfigured
 
 from ..core import lockspec, process
-from ..core.keys import CacheKey
+from ..core.keys import CacheKey, hashed_part
 from ..core.near import NearCache, NearOptions
 from ..core.outage import Outage
 from ..core.tags import STAMP_NAME_PREFIX, checked_tags
@@ -304,7 +304,8 @@ def filler(settings: CacheSettings, store: Store, near: NearReads | None) -> Fil
 
     def build() -> Filler:
         group = local.group(settings.location)
-        return Filler(store, settings.fill, flights=group, near=near, outage=outage(settings))
+        kept = outage(settings, store)
+        return Filler(store, settings.fill, flights=group, near=near, outage=kept)
 
     if isinstance(store, BackendStore):
         return build()
@@ -326,15 +327,20 @@ def _async_filler(settings: CacheSettings, store: Store, near: NearReads | None)
     if twin is None:
         return None
     return AsyncFiller(
-        twin, settings.fill, flights=settings.location, near=near, outage=outage(settings)
+        twin, settings.fill, flights=settings.location, near=near, outage=outage(settings, store)
     )
 
 
-def outage(settings: CacheSettings) -> Outage:
+def outage(settings: CacheSettings, store: Store) -> Outage:
     """Return the process's :class:`~stampede.core.outage.Outage` of a cache: its threads' and
-    event loops' fillers report Redis's failures through it, and share what it keeps."""
+    event loops' fillers report Redis's failures through it, and share what it keeps. On a
+    Redis Cluster, an outage is a slot's (``keys.hashed_part``): one primary lost, the others
+    answering."""
+    scope = hashed_part if clients.is_cluster(store.client) else None
     return _shared_part(
-        "outage", settings, lambda: Outage(settings.location, settings.outage_copies)
+        "outage",
+        settings,
+        lambda: Outage(settings.location, settings.outage_copies, scope=scope),
     )
 
 

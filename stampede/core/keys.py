@@ -62,6 +62,19 @@ def _has_hash_tag(name: Name) -> bool:
     return text.find("}", opening + 1) > opening + 1
 
 
+def hashed_part(name: Name) -> Name:
+    """Return the part of ``name`` Redis Cluster hashes to find its slot: its hash tag's
+    content where it has one, else the whole name. Names with the same part share a slot
+    (``{FK}:lock`` and ``FK`` alike)."""
+    text = name.decode("latin-1") if isinstance(name, bytes) else name
+    opening = text.find("{")
+    if opening != -1:
+        closing = text.find("}", opening + 1)
+        if closing > opening + 1:
+            return text[opening + 1 : closing]
+    return text
+
+
 def colocated(name: Name) -> bool:
     """Return True if every name derived from ``name`` lies in ``name``'s Redis Cluster slot.
 

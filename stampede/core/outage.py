@@ -27,6 +27,12 @@ memory, read-only after a failover) must not log two lines per request.
 
 Rule: a value is not kept if Redis answered again after its load began: a write made while
 Redis answered may have replaced it (the load began in an earlier outage, or before it).
+
+Rule: on a Redis Cluster, an outage is a slot's. One primary lost leaves the others
+answering: their answers end nothing for the keys of the lost one. Such an outage is given a
+``scope`` (the part of a key's name its slot is hashed from, ``keys.hashed_part``): a failure
+puts the key's scope down, an answer brings that scope up and drops its copies only. The log
+stays the cache's: an outage starts when the first scope goes down.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import pickle
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, NamedTuple
 
 from cachetools import LRUCache
@@ -51,6 +57,8 @@ logger = logging.getLogger(__name__)
 
 #: The most values a cache keeps per process through an outage (``OPTIONS["OUTAGE_COPIES"]``).
 COPIES = 1000
+#: The most scopes whose last answer after an outage is remembered.
+_SCOPES_REMEMBERED = 10_000
 
 
 class _Copy(NamedTuple):
@@ -72,16 +80,20 @@ class Outage:
         copies: int = COPIES,
         *,
         clock: Callable[[], float] = time.monotonic,
+        scope: Callable[[Any], Hashable] | None = None,
     ) -> None:
         self.name = name
         self._clock = clock
+        self._scope_of = scope  # a key's scope (see the module docstring); None: one for all
         self._lock = threading.Lock()
         self._copies: LRUCache[Any, _Copy] | None = LRUCache(copies) if copies > 0 else None
-        self._down_since: float | None = None  # the first failure of the outage under way
+        # Per scope down: the first failure of its outage under way.
+        self._down: dict[Hashable, float] = {}
         self._last_failure: float | None = None
         self._failures = 0
         self._answer_logged: float | None = None
-        self._answered_at: float | None = None  # the end of the last outage
+        # Per scope, the end of its last outage (bounded: a scope long answered is forgotten).
+        self._answered: LRUCache[Hashable, float] = LRUCache(_SCOPES_REMEMBERED)
         self._log = FailureLog(
             logger,
             f"Redis of {name!r}" if name != "Redis" else "Redis",
@@ -96,14 +108,18 @@ class Outage:
         return 0 if self._copies is None else len(self._copies)
 
     def __repr__(self) -> str:
-        state = "down" if self._down_since is not None else "up"
+        state = "down" if self._down else "up"
         kept = 0 if self._copies is None else len(self._copies)
         return f"<Outage {self.name!r} {state}, {kept} kept>"
 
     @property
     def down(self) -> bool:
-        """True from a failure until Redis answers again."""
-        return self._down_since is not None
+        """True from a failure until Redis answers again (every scope of it)."""
+        return bool(self._down)
+
+    def _scope(self, full: Any) -> Hashable:
+        scope_of = self._scope_of
+        return None if scope_of is None else scope_of(full)
 
     # -- failures and answers -------------------------------------------------------------------
 
@@ -111,14 +127,13 @@ class Outage:
         """Report the store's ``error`` during ``during`` of ``key``; return it for the protocol."""
         events.emit("redis_error", key=key.full, error=error, during=during)
         now = self._clock()
+        scope = self._scope(key.full)
         with self._lock:
             last, self._last_failure = self._last_failure, now
-            answered = self._down_since is None
-            new_outage = answered and (last is None or now - last >= HEALTHY)
-            if answered:
-                self._down_since = now
-                if new_outage:
-                    self._failures = 0
+            new_outage = not self._down and (last is None or now - last >= HEALTHY)
+            if new_outage:
+                self._failures = 0
+            self._down.setdefault(scope, now)
             self._failures += 1
         self._log.failed(f"{during} of {key.full!r}: {error}", new_outage=new_outage)
         return flight.StoreUnavailable(error)
@@ -137,22 +152,28 @@ class Outage:
         self.unavailable(error, key, "the Bloom filter check")
         return True
 
-    def answered(self) -> None:
-        """Note that Redis answered: an outage under way ends, and its copies are dropped.
+    def answered(self, full: Any = None) -> None:
+        """Note that Redis answered (for ``full``'s scope; every scope without ``full``): an
+        outage under way there ends, and its copies are dropped.
 
         On every successful read: one attribute test while Redis is up.
         """
-        if self._down_since is None:
+        if not self._down:
             return
         now = self._clock()
         with self._lock:
-            since, self._down_since = self._down_since, None
-            if since is None:
+            if full is None or self._scope_of is None:
+                ended = list(self._down)
+            else:
+                ended = [self._scope(full)]
+            began = [self._down.pop(scope) for scope in ended if scope in self._down]
+            if not began:
                 return
-            self._answered_at = now
+            since = min(began)
+            for scope in ended:
+                self._answered[scope] = now
             failures = self._failures
-            if self._copies is not None:
-                self._copies.clear()
+            self._drop_copies_locked(ended)
             quiet = self._answer_logged is not None and now - self._answer_logged < LOG_EVERY
             if not quiet:
                 self._answer_logged = now
@@ -200,14 +221,25 @@ class Outage:
         except Exception:  # any value may refuse: it is then not kept
             return
         deadline = None if timeout is None else self._clock() + timeout
+        scope = self._scope(full)
         with self._lock:
-            since = self._down_since
-            if since is None:  # Redis answered meanwhile: Redis has the say
+            if scope not in self._down:  # Redis answered meanwhile: Redis has the say
                 return
-            answered = self._answered_at
+            answered = self._answered.get(scope)
             if began is not None and answered is not None and began < answered:
                 return  # Redis answered while it loaded: what it loaded may be replaced
             copies[full] = _Copy(pickled, deadline)
+
+    def _drop_copies_locked(self, scopes: list[Hashable]) -> None:
+        copies = self._copies
+        if copies is None:
+            return
+        if self._scope_of is None:
+            copies.clear()
+            return
+        ended = set(scopes)
+        for full in [full for full in copies if self._scope_of(full) in ended]:
+            del copies[full]
 
     def clear(self) -> None:
         """Drop every copy: the cache was cleared."""
@@ -218,7 +250,8 @@ class Outage:
 
     def _forget_in_child(self) -> None:
         self._lock = threading.Lock()  # the parent's may have been held at the fork
-        self._down_since = self._last_failure = None
+        self._down = {}
+        self._last_failure = None
         if self._copies is not None:
             self._copies.clear()
 

@@ -10,7 +10,7 @@ import pytest
 
 from stampede.core import events
 from stampede.core.flight import StoreUnavailable
-from stampede.core.keys import CacheKey
+from stampede.core.keys import CacheKey, hashed_part
 from stampede.core.missing import MISSING
 from stampede.core.outage import Outage
 from stampede.core.private import DontCache
@@ -180,3 +180,37 @@ def test_clear_drops_every_copy(clock):
     outage.keep("a", 1, None)
     outage.clear()
     assert outage.recall("a") is MISSING and outage.kept == 0
+
+
+def test_on_a_cluster_an_outage_is_a_slots_and_other_slots_answering_end_nothing(clock):
+    """One primary lost: the keys of its slots keep their copies while the keys of the other
+    primaries are answered; the lost slot's own answer drops its copies, and only them."""
+    outage = Outage(clock=clock, scope=hashed_part)
+    lost, other = CacheKey.of("{lost}:k"), CacheKey.of("{up}:k")
+    outage.unavailable(ConnectionError("refused"), lost, "Read")
+    began = outage.began()
+    outage.keep(lost.full, "v", None, began)
+    outage.answered(other.full)  # another primary answers, again and again
+    outage.answered(other.full)
+    assert outage.down
+    assert outage.recall(lost.full) == "v"
+    outage.keep("{lost}:k2", "v2", None, began)  # a load begun before those answers is kept
+    assert outage.recall("{lost}:k2") == "v2"
+
+    outage.unavailable(ConnectionError("refused"), other, "Read")
+    outage.keep(other.full, "o", None)
+    outage.answered(lost.full)  # the lost slot is served again (its replica promoted)
+    assert outage.recall(lost.full) is MISSING and outage.recall("{lost}:k2") is MISSING
+    assert outage.recall(other.full) == "o"
+    outage.keep(lost.full, "late", None, began)  # loaded before its slot answered: not kept
+    assert outage.recall(lost.full) is MISSING
+    outage.answered()  # every scope
+    assert not outage.down and outage.recall(other.full) is MISSING
+
+
+@pytest.mark.parametrize(
+    ("name", "hashed"),
+    [("k", "k"), ("{k}:lock", "k"), ("a{b}c{d}", "b"), ("a{}b", "a{}b"), (b"{t}x", "t")],
+)
+def test_the_scope_of_a_name_is_what_its_slot_is_hashed_from(name, hashed):
+    assert hashed_part(name) == hashed

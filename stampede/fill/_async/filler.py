@@ -166,7 +166,7 @@ class Filler:
                 verdict = None
             else:
                 if self._read_answers:
-                    self.outage.answered()
+                    self.outage.answered(key.full)
                 verdict = judge(seen, clock.wall(), options, clock.random())
                 if verdict is Verdict.FRESH:
                     return value_of(seen)
@@ -238,7 +238,7 @@ class Filler:
         except STORE_ERRORS as exc:
             return self.outage.unavailable(exc, key, "Read")
         if self._read_answers:
-            self.outage.answered()
+            self.outage.answered(key.full)
         return fresh_value(seen, options, self.clock)
 
     # unasync: end
@@ -257,7 +257,7 @@ class Filler:
         except STORE_ERRORS as exc:
             return self.outage.unavailable(exc, key, "Read"), ()
         if self._read_answers:
-            self.outage.answered()
+            self.outage.answered(key.full)
         return fresh_value(seen, options, self.clock), marks
 
     async def void(self, *keys: CacheKey | Name) -> None:

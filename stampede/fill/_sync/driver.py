@@ -83,12 +83,12 @@ class FlightIO:
         if isinstance(step, flight.Read):
             record = bounded(self.store.read(self.key), self._deadline)
             if self._read_answers:
-                self.outage.answered()
+                self.outage.answered(self.key.full)
             return record
         if isinstance(step, flight.TryLock):
             attempt = bounded(self.lock.attempt(), self._lock_deadline)
             if self._lock_answers:
-                self.outage.answered()
+                self.outage.answered(self.key.full)
             return attempt
         if isinstance(step, flight.Subscribe):
             # A healthy Redis confirms in milliseconds; a silent one must not hold the waiter
