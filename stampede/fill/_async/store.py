@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import pickle
 import secrets
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,11 +42,15 @@ from ...core.wakeup import TIMED_OUT, WakeUp, parse_wakeup
 from ...io import clients, scripts
 from ...io._async.loops import loop_state
 from ...io._async.notify import Subscription, notifier_for
-from ...lock._async.concurrency import Renewal, schedule_renewal
+from ...lock._async.concurrency import Renewal, pause, schedule_renewal
 from . import stamps as tag_stamps
 from .concurrency import fast_mget, near_reader
 
 logger = logging.getLogger(__name__)
+
+#: The pauses between the attempts of a patient release (``close_patiently``), in seconds.
+_FIRST_RELEASE_PAUSE = 0.05
+_LONGEST_RELEASE_PAUSE = 1.0
 
 
 class RedisStore:
@@ -313,13 +318,46 @@ class RedisFillLock(WaitingLock):
         if token is None:
             return
         try:
-            await scripts.arun(
-                self._store.client, scripts.RELEASE, *store_commands.release(self._key, token)
-            )
+            await self._release(token)
         except RedisError as exc:
             logger.warning(
                 "stampede: releasing %r failed (%s); it expires by its TTL", self._key.full, exc
             )
+
+    async def close_patiently(self) -> None:
+        """Release the lock as :meth:`close` does, trying again while Redis fails, until the
+        lock would have expired anyway (its TTL from now: renewed no more).
+
+        For a flight whose store failed (``driver``, in the background): a primary lost and
+        its replica promoted keeps the replicated lock, which its waiters would otherwise
+        wait out to the end of their ``WAIT_TIMEOUT``; released once the slot answers, it wakes
+        them at once.
+        """
+        await self._wakeups.close()
+        token = self._release_locally()
+        if token is None:
+            return
+        deadline = time.monotonic() + self._ttl
+        wait = _FIRST_RELEASE_PAUSE
+        while True:
+            try:
+                await self._release(token)
+                return
+            except RedisError as exc:
+                if time.monotonic() + wait >= deadline:
+                    logger.warning(
+                        "stampede: releasing %r failed (%s); it expires by its TTL",
+                        self._key.full,
+                        exc,
+                    )
+                    return
+            await pause(wait)
+            wait = min(wait * 2, _LONGEST_RELEASE_PAUSE)
+
+    async def _release(self, token: str) -> None:
+        await scripts.arun(
+            self._store.client, scripts.RELEASE, *store_commands.release(self._key, token)
+        )
 
     def _release_locally(self) -> str | None:
         token, self._token = self._token, None

@@ -225,8 +225,11 @@ def _refresh_in_background(refresh: flight.Protocol, io: FlightIO) -> None:
 
 
 def _close_in_background(lock: FillLock) -> None:
+    # Tried again while Redis fails where the lock can (a lock in the store's Redis: its
+    # replica may be promoted with it); a lock logs its own failed release: it expires by its TTL.
+    patient = getattr(lock, "close_patiently", None)
     try:
-        lock.close()  # a lock logs its own failed release: it expires by its TTL
+        (lock.close() if patient is None else patient())
     except Exception:
         logger.exception("stampede: releasing a lock in the background failed")
 

@@ -34,6 +34,11 @@ Renewal: TypeAlias = "asyncio.Task[None]"
 sleep = asyncio.sleep
 
 
+async def pause(seconds: float) -> None:
+    """Wait ``seconds``, letting the loop's other tasks run."""
+    await asyncio.sleep(seconds)
+
+
 def state_lock() -> contextlib.nullcontext[None]:
     """Return the lock that keeps a holder's token from changing under its renewal: none is
     needed on one event loop, where nothing runs between two awaits."""

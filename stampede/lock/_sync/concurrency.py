@@ -35,6 +35,11 @@ Renewal = watchdog.Renewal
 sleep = time.sleep
 
 
+def pause(seconds: float) -> None:
+    """Wait ``seconds``, blocking this thread."""
+    time.sleep(seconds)
+
+
 def state_lock() -> threading.Lock:
     """Return the lock that keeps a holder's token from changing under its renewal thread."""
     return threading.Lock()
