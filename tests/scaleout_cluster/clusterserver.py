@@ -27,7 +27,7 @@ from stampede.io.redis_internals import pool_of_node
 from stampede.testing import RedisServer, find_redis_server, free_port, server_version
 
 SLOTS = 16384
-_READY_TIMEOUT = 30.0
+_READY_TIMEOUT = 60.0
 
 
 #: The first version whose nodes take ``--cluster-port``, and have CLUSTER SHARDS and
