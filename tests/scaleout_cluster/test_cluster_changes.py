@@ -41,9 +41,10 @@ PROCESSES, THREADS = 3, 4
 KEYS_PER_PRIMARY = 2
 TIMEOUT = 1.0  # each value's life: the keys keep expiring and being refilled
 LOAD_SECONDS = 0.05
-#: Long beside a load (50 ms), so that a machine busy with other work, which can stall a
-#: process for a second or two, does not turn a wait into a second load of the key.
-WAIT_TIMEOUT = 5.0
+#: The default: long beside a load (50 ms), so that a machine busy with other work, which can
+#: stall a process for a second or two, does not turn a wait into a second load of the key; and
+#: as long as a fill waits out a slot's migration (``stampede.io.migrating.PATIENCE``).
+WAIT_TIMEOUT = 10.0
 LOCK_TTL = 5.0
 #: A request may wait WAIT_TIMEOUT, then load; beside that, its Redis calls follow redirections
 #: and retry while the cluster changes, and a busy machine stalls it. Only a hang goes past.

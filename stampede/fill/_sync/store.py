@@ -317,17 +317,21 @@ class RedisFillLock(WaitingLock):
             return
         deadline = time.monotonic() + self._ttl
         wait = _FIRST_RELEASE_PAUSE
+        failed = False
         while True:
             try:
                 self._release(token)
                 return
             except RedisError as exc:
-                if time.monotonic() + wait >= deadline:
+                if not failed:  # once: the attempts that follow are its own business
+                    failed = True
                     logger.warning(
-                        "stampede: releasing %r failed (%s); it expires by its TTL",
+                        "stampede: releasing %r failed (%s); tried again until it expires by "
+                        "its TTL",
                         self._key.full,
                         exc,
                     )
+                if time.monotonic() + wait >= deadline:
                     return
             pause(wait)
             wait = min(wait * 2, _LONGEST_RELEASE_PAUSE)
