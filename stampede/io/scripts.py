@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisClusterException
 
 from ..core import wakeup
 from . import clients, cluster_pubsub
@@ -607,8 +607,11 @@ def run_many(
 
     def send() -> list[Any]:
         pipe = client.pipeline(transaction=False)
-        for keys, args in calls:
-            pipe.evalsha(script.sha, len(keys), *keys, *_with_publish(client, script, args))
+        try:
+            for keys, args in calls:
+                pipe.evalsha(script.sha, len(keys), *keys, *_with_publish(client, script, args))
+        except RedisClusterException:  # redis-py < 6: no script in a cluster pipeline
+            return [run(client, script, keys, args) for keys, args in calls]
         return list(pipe.execute())
 
     try:
@@ -637,8 +640,12 @@ async def arun_many(
 
     async def send() -> list[Any]:
         pipe = client.pipeline(transaction=False)
-        for keys, args in calls:
-            pipe.evalsha(script.sha, len(keys), *keys, *await _awith_publish(client, script, args))
+        try:
+            for keys, args in calls:
+                published = await _awith_publish(client, script, args)
+                pipe.evalsha(script.sha, len(keys), *keys, *published)
+        except RedisClusterException:  # redis-py < 6: no script in a cluster pipeline
+            return [await arun(client, script, keys, args) for keys, args in calls]
         return list(await pipe.execute())
 
     try:
