@@ -56,8 +56,10 @@ MOVED_SLOTS = 2000
 #: Keys put in the slot of each hot key that moves, so that its migration (``MIGRATE`` of ten
 #: keys at a time) lasts a few seconds, past its value's life: the churn meets the slot
 #: half-moved (ASK), and a key whose value expired meanwhile is told TRYAGAIN until the slot's
-#: last key has moved, however long the slot takes (about 2.5 s on loopback with 100 000 keys).
-BALLAST = 100_000
+#: last key has moved, however long the slot takes (about 0.75 s on an idle loopback with
+#: 30 000 keys, several seconds at CI's load: within a fill's patience for a migration,
+#: ``stampede.io.migrating.PATIENCE``; 100 000 took over 10 s there).
+BALLAST = 30_000
 CACHE_OPTIONS = {
     "WAIT_TIMEOUT": WAIT_TIMEOUT,
     "LOCK_TTL": LOCK_TTL,
