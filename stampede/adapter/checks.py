@@ -216,8 +216,7 @@ def _deadlines_missing(wrapped: dict[str, Any]) -> list[str]:
         return []
     options = wrapped.get("OPTIONS") or {}
     within = _DEADLINES_WITHIN.get(wrapped.get("BACKEND"))  # type: ignore[arg-type]
-    if within is not None:
-        options = options.get(within) or {}
+    options = options if within is None else options.get(within) or {}
     pool_kwargs = options.get("CONNECTION_POOL_KWARGS") or {}
     location = wrapped.get("LOCATION")
     urls = " ".join(location) if isinstance(location, (list, tuple)) else str(location)

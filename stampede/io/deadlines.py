@@ -44,12 +44,19 @@ def bounded(kwargs: dict[str, Any], *, on_asyncio: bool = False) -> dict[str, An
     ``on_asyncio``: for ``redis.asyncio`` connections (whose ``Retry`` is its own class: a
     sync pool's is not carried over to its asyncio twin, its ``retry_on_error`` is).
     """
+    kwargs = timed(kwargs)
+    if kwargs.get("retry") is None:
+        kwargs.update(retry_once(kwargs.get("retry_on_error"), on_asyncio=on_asyncio))
+    return kwargs
+
+
+def timed(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Return a copy of connection ``kwargs`` with ``DEADLINE`` for each of ``TIMEOUTS`` they
+    do not set (a cluster client keeps its own retries: ``factory.cluster_client_from_url``)."""
     kwargs = dict(kwargs)
     for name in TIMEOUTS:
         if kwargs.get(name) is None:
             kwargs[name] = DEADLINE
-    if kwargs.get("retry") is None:
-        kwargs.update(retry_once(kwargs.get("retry_on_error"), on_asyncio=on_asyncio))
     return kwargs
 
 

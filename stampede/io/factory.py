@@ -43,10 +43,7 @@ def cluster_client_from_url(url: str, options: dict[str, Any]) -> Any:
 
     from .migrating import MigrationPatientCluster
 
-    kwargs = dict(options)
-    for name in deadlines.TIMEOUTS:
-        if kwargs.get(name) is None:
-            kwargs[name] = deadlines.DEADLINE
+    kwargs = deadlines.timed(options)
     if kwargs.get("retry") is None:
         kwargs["retry"] = Retry(ExponentialBackoff(cap=0.08, base=0.02), CLUSTER_RETRIES)
     return MigrationPatientCluster.from_url(url, **kwargs)

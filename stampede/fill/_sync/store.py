@@ -291,16 +291,7 @@ class RedisFillLock(WaitingLock):
         return committed
 
     def close(self) -> None:
-        self._wakeups.close()
-        token = self._release_locally()
-        if token is None:
-            return
-        try:
-            self._release(token)
-        except RedisError as exc:
-            logger.warning(
-                "stampede: releasing %r failed (%s); it expires by its TTL", self._key.full, exc
-            )
+        self._close_within(0.0)
 
     def close_patiently(self) -> None:
         """Release the lock as :meth:`close` does, trying again while Redis fails, until the
@@ -311,33 +302,39 @@ class RedisFillLock(WaitingLock):
         wait out to the end of their ``WAIT_TIMEOUT``; released once the slot answers, it wakes
         them at once.
         """
+        self._close_within(self._ttl)
+
+    def _close_within(self, seconds: float) -> None:
+        """Release the lock, its first failure logged, tried again for ``seconds`` (the pause
+        doubling from ``_FIRST_RELEASE_PAUSE`` to ``_LONGEST_RELEASE_PAUSE``)."""
         self._wakeups.close()
         token = self._release_locally()
         if token is None:
             return
-        deadline = time.monotonic() + self._ttl
+        deadline = time.monotonic() + seconds
         wait = _FIRST_RELEASE_PAUSE
         failed = False
         while True:
             try:
-                self._release(token)
+                scripts.run(
+                    self._store.client, scripts.RELEASE, *store_commands.release(self._key, token)
+                )
                 return
             except RedisError as exc:
                 if not failed:  # once: the attempts that follow are its own business
                     failed = True
                     logger.warning(
-                        "stampede: releasing %r failed (%s); tried again until it expires by "
-                        "its TTL",
+                        "stampede: releasing %r failed (%s); %s",
                         self._key.full,
                         exc,
+                        "tried again until it expires by its TTL"
+                        if seconds
+                        else "it expires by its TTL",
                     )
                 if time.monotonic() + wait >= deadline:
                     return
             pause(wait)
             wait = min(wait * 2, _LONGEST_RELEASE_PAUSE)
-
-    def _release(self, token: str) -> None:
-        scripts.run(self._store.client, scripts.RELEASE, *store_commands.release(self._key, token))
 
     def _release_locally(self) -> str | None:
         token, self._token = self._token, None
