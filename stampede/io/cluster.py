@@ -48,6 +48,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.process import PerProcess
 from ..core.reconnect import Backoff, FailureLog
@@ -73,7 +74,10 @@ class OwnerSearch:
     """
 
     #: The errors after which the subscribe is tried again on the slot's (new) owner.
-    RETRIED = (MovedError, AskError, TryAgainError, RedisConnectionError)
+    RETRIED = (MovedError, AskError, TryAgainError, RedisConnectionError, RedisTimeoutError)
+    #: Of those, the ones that say the owner did not answer (refused, reset, or too slow to
+    #: connect or confirm within one attempt's time): it may be failing over.
+    UNREACHABLE = (RedisConnectionError, RedisTimeoutError)
 
     def __init__(self, name: bytes, timeout: float | None, failures: FailureLog) -> None:
         self.ack = Ack(name, timeout, "SSUBSCRIBE")
@@ -89,7 +93,8 @@ class OwnerSearch:
         again after it) for an attempt that failed with one of ``RETRIED``.
 
         Logged at a bounded rate, unless it is the call's first re-route (a ``-MOVED`` or
-        ``-ASK`` followed at once). An unreachable owner raises ``error`` when the pause would
+        ``-ASK`` followed at once). An unreachable owner (``UNREACHABLE``: that includes the
+        caller's own time running out) raises ``error`` when the pause would
         outlast the caller's time; after the pause, the owner may be gone (a failover), so the
         slots are learnt again.
         """
@@ -97,7 +102,7 @@ class OwnerSearch:
         if not rerouted:
             self._failures.failed(error)
         pause = self._backoff.next_delay()
-        unreachable = isinstance(error, RedisConnectionError)
+        unreachable = isinstance(error, self.UNREACHABLE)
         if unreachable and time.monotonic() + pause >= self.ack.deadline:
             raise error
         return max(min(pause, self.ack.deadline - time.monotonic()), 0), unreachable

@@ -51,7 +51,14 @@ from typing import Any
 from redis.exceptions import RedisError, ResponseError
 
 from .channels import Episode, channel_name
-from .notifier_base import ACK_TIMEOUT, Ack, NotifierBase, SubscriptionBase, closed_error
+from .notifier_base import (
+    ACK_TIMEOUT,
+    Ack,
+    NotifierBase,
+    SubscriptionBase,
+    closed_error,
+    lost_connection,
+)
 from .redis_internals import block_reads
 
 __all__ = ["ACK_TIMEOUT", "Notifier", "Subscription"]
@@ -230,17 +237,16 @@ class Notifier(NotifierBase):
                 connection = self._connection
             try:
                 reply = connection.read_response()
+                with self._lock:
+                    self._book.dispatch(reply)
             except ResponseError as exc:
                 # An answer (a refused SUBSCRIBE), not a broken connection.
                 with self._lock:
                     self._book.refused(exc)
-                continue
-            except (RedisError, OSError, ValueError) as exc:
-                # ValueError: the socket was closed under the read by close().
+            except Exception as exc:
+                # A lost connection (``lost_connection``), or a fault of the client's or ours,
+                # handled alike: this thread is every waiter's wake-up, so it must not die.
                 self._on_connection_lost(connection, exc)
-                continue
-            with self._lock:
-                self._book.dispatch(reply)
 
     def _on_connection_lost(self, connection: Any, error: Exception) -> None:
         with self._lock:
@@ -258,7 +264,7 @@ class Notifier(NotifierBase):
         (``NotifierBase._should_reconnect``)."""
         while True:
             with self._lock:
-                pause = self._book.reconnects.failed(error)
+                pause = self._book.reconnects.failed(error, traceback=not lost_connection(error))
                 # On the condition, not time.sleep: a close() or a subscriber's connect ends it.
                 until = time.monotonic() + pause
                 while not self._closed and self._connection is None:
@@ -273,7 +279,7 @@ class Notifier(NotifierBase):
             try:
                 self._connect(ACK_TIMEOUT)
                 return
-            except (RedisError, OSError) as exc:
+            except Exception as exc:  # whatever it is, the next attempt waits its back-off
                 error = exc
 
     def close(self) -> None:

@@ -19,6 +19,7 @@ import time
 from typing import Any, ClassVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.reconnect import Reconnects
@@ -64,6 +65,13 @@ class Ack:
         return RedisTimeoutError(
             f"Redis did not confirm {self.command} {self.name!r} in {self.timeout}s"
         )
+
+
+def lost_connection(error: BaseException) -> bool:
+    """Return whether ``error``, raised by a listener's read or connect, is the connection's
+    (Redis or the network; ValueError: the socket was closed under the read by ``close()``),
+    not a fault to log with its traceback."""
+    return isinstance(error, (RedisError, OSError, ValueError))
 
 
 def closed_error() -> RedisConnectionError:

@@ -410,3 +410,93 @@ def test_the_backoff_resets_once_a_connection_stayed_healthy(fresh_redis_server,
         client.close()
         admin.close()
     assert took < HANG
+
+
+# -- a fault that is not the connection's ---------------------------------------------------------
+
+
+def faulty_reads(base: type) -> type:
+    """Return a connection class of ``base`` whose next read, once ``fault`` is set, raises
+    a RuntimeError after reading its reply: a bug in the client (or ours) under the listener."""
+
+    class FaultyRead(base):  # type: ignore[misc, valid-type]
+        fault = threading.Event()
+
+        def _fault(self) -> None:
+            if self.fault.is_set():
+                self.fault.clear()
+                raise RuntimeError("a fault in the client's read")
+
+    if inspect.iscoroutinefunction(base.read_response):
+
+        async def read_response(self: Any, *args: Any, **kwargs: Any) -> Any:
+            reply = await base.read_response(self, *args, **kwargs)
+            self._fault()
+            return reply
+
+    else:
+
+        def read_response(self: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            reply = base.read_response(self, *args, **kwargs)
+            self._fault()
+            return reply
+
+    FaultyRead.read_response = read_response  # type: ignore[method-assign, assignment]
+    return FaultyRead
+
+
+def fault_logged(caplog: pytest.LogCaptureFixture) -> bool:
+    return any(
+        record.levelname == "WARNING" and record.exc_info and "a fault" in record.getMessage()
+        for record in caplog.records
+    )
+
+
+def test_the_listener_outlives_a_fault_that_is_not_the_connections(redis, caplog):
+    """An unexpected exception under the listener's read is handled as a lost connection:
+    logged with its traceback, waiters woken, the connection made anew; the thread lives on."""
+    pool = redis.connection_pool
+    connection_class = faulty_reads(pool.connection_class)
+    notifier = Notifier(connection_class, pool.connection_kwargs)
+    try:
+        subscription = notifier.subscribe("faulty", timeout=HANG)
+        connection_class.fault.set()
+        assert redis.publish("faulty", b"lost") == 1  # read, then the fault: the message is lost
+        assert subscription.wait(HANG)  # woken as by a broken connection
+        assert subscription.message is None
+        wait_until(
+            lambda: redis.publish("faulty", b"after") == 1 and subscription.message == b"after",
+            "the listener to hear messages again",
+            HANG,
+        )
+        assert fault_logged(caplog)
+        subscription.close()
+    finally:
+        notifier.close()
+
+
+def test_async_the_listener_outlives_a_fault_that_is_not_the_connections(
+    redis, redis_server, caplog
+):
+    async def scenario() -> None:
+        client = aioredis.Redis.from_url(redis_server.url)
+        pool = client.connection_pool
+        connection_class = faulty_reads(pool.connection_class)
+        notifier = AsyncNotifier(connection_class, pool.connection_kwargs)
+        try:
+            subscription = await notifier.subscribe("faulty", timeout=HANG)
+            connection_class.fault.set()
+            assert redis.publish("faulty", b"lost") == 1
+            assert await subscription.wait(HANG)
+            assert subscription.message is None
+            deadline = time.monotonic() + HANG
+            while not (redis.publish("faulty", b"after") == 1 and subscription.message == b"after"):
+                assert time.monotonic() < deadline, "the listener never heard messages again"
+                await asyncio.sleep(0.01)
+            assert fault_logged(caplog)
+            await subscription.close()
+        finally:
+            await notifier.close()
+            await client.aclose()
+
+    asyncio.run(scenario())

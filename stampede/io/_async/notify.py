@@ -24,7 +24,14 @@ from ..channels import Episode, channel_name
 from ..clients import connection_pool_of, is_cluster
 from ..cluster import TOPOLOGY_ERRORS, OwnerSearch, RouterBase, ShardedBase
 from ..cluster_pubsub import apubsub_of, known_pubsub_of
-from ..notifier_base import ACK_TIMEOUT, Ack, NotifierBase, SubscriptionBase, closed_error
+from ..notifier_base import (
+    ACK_TIMEOUT,
+    Ack,
+    NotifierBase,
+    SubscriptionBase,
+    closed_error,
+    lost_connection,
+)
 from ..redis_internals import node_connection_kwargs
 from .loops import loop_state
 
@@ -169,15 +176,13 @@ class Notifier(NotifierBase):
                 return
             try:
                 reply = await connection.read_response()
+                self._book.dispatch(reply)
             except ResponseError as exc:
                 self._book.refused(exc)  # an answer (a refused SUBSCRIBE), not a lost connection
-                continue
-            except (RedisError, OSError, ValueError) as exc:
+            except Exception as exc:  # as the thread's listener: lost, or a fault, alike
                 await self._on_connection_lost(connection, exc)
                 if self._connection is None:
                     return
-                continue
-            self._book.dispatch(reply)
 
     async def _on_connection_lost(self, connection: Any, error: Exception) -> None:
         # The book forgets before the next await: a subscriber may connect meanwhile, and what
@@ -192,7 +197,8 @@ class Notifier(NotifierBase):
         """Async twin of ``stampede.io.listener.Notifier._reconnect`` (``close()`` cancels the
         listener task, and with it the pause)."""
         while True:
-            await asyncio.sleep(self._book.reconnects.failed(error))
+            pause = self._book.reconnects.failed(error, traceback=not lost_connection(error))
+            await asyncio.sleep(pause)
             while self._connecting and not self._closed:
                 await self._attempt_over.wait()  # a subscriber's connect: wait for its outcome
             if not self._should_reconnect():
@@ -201,7 +207,7 @@ class Notifier(NotifierBase):
             try:
                 await self._connect(ACK_TIMEOUT)
                 return
-            except (RedisError, OSError) as exc:
+            except Exception as exc:
                 error = exc
 
     async def close(self) -> None:
