@@ -19,6 +19,11 @@ Debian's ``wrk`` with ``connections`` (300) connections: ``warm_s`` unmeasured, 
 Every figure is also given as a multiple of Django's plain ``RedisCache`` in the same run.
 wrk, uvicorn and Redis share the machine's cores: the figures are relative, not capacity.
 
+With ``--compare REV`` each StampedeCache backend has a twin, ``<backend>@<short rev>``, whose
+server runs from ``REV``'s exported ``stampede`` (``baseline.server_path``); before the load,
+every worker answers ``/stampede`` with the ``stampede.__file__`` it imported, and a site whose
+workers imported another copy is a failed row.
+
 ``Site`` serves the same project under gunicorn too (``server="gunicorn"``: its WSGI
 application on gthread workers), for the ``faults`` scenario (``benchmarks.faults``).
 
@@ -47,8 +52,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from . import baseline
 from .anchors import BACKENDS, DJANGO
-from .async_calls import ratio, split
+from .async_calls import backends, ratio, split
+from .implementations import TWIN, adapter_name
 
 VIEWS = ("aget", "aget_or_set")
 ROOT = Path(__file__).resolve().parent.parent  # the source tree whose stampede/ is measured
@@ -161,7 +168,8 @@ def server_command(server: str, port: int, workers: int, threads: int = 1) -> li
 
 class Site:
     """uvicorn (or gunicorn) serving ``asgi_site`` for one backend; ``stop`` ends its whole
-    process group. ``env`` is added to the servers' environment."""
+    process group. ``env`` is added to the servers' environment; ``source`` is a twin's
+    exported tree, whose ``stampede`` the workers import ("" for the working tree's)."""
 
     def __init__(
         self,
@@ -172,6 +180,7 @@ class Site:
         server: str = "uvicorn",
         threads: int = 1,
         env: dict[str, str] | None = None,
+        source: str = "",
     ) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -179,14 +188,15 @@ class Site:
         self.server = server
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
         environ = dict(os.environ, **(env or {}))
-        paths = [str(ROOT), environ.get("PYTHONPATH")]
+        cwd, first = baseline.server_path(source, ROOT)
+        paths = [*first, environ.get("PYTHONPATH")]
         environ["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
         environ["STAMPEDE_BENCH_REDIS_URL"] = redis_url
         environ["STAMPEDE_BENCH_BACKEND"] = backend
         command = server_command(server, self.port, workers, threads)
         self.process = subprocess.Popen(
             command,
-            cwd=ROOT,
+            cwd=cwd,
             env=environ,
             stdin=subprocess.DEVNULL,
             stdout=self.log,
@@ -229,6 +239,22 @@ class Site:
             except (OSError, ValueError):
                 time.sleep(0.1)  # not listening yet: the server is importing Django
         return seen
+
+    def stampede_files(self, pids: set[int], timeout: float = STARTUP_S) -> list[dict[str, Any]]:
+        """Return, for each worker of ``pids``, the ``stampede.__file__`` it imported (None:
+        none), as ``[{"index": pid, "stampede_file": path}]`` (``baseline.source_problem``).
+
+        Raises:
+            RuntimeError: not every worker answered ``/stampede`` within ``timeout``.
+        """
+        deadline = time.monotonic() + timeout
+        files: dict[int, str | None] = {}
+        while not pids <= files.keys():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{len(files)} of {len(pids)} workers answered /stampede")
+            pid, _, path = get_url(f"{self.base}/stampede").decode().partition(" ")
+            files[int(pid)] = path or None
+        return [{"index": pid, "stampede_file": files[pid]} for pid in sorted(pids)]
 
     def worker_processes(self, pids: set[int]) -> list[Any]:
         """Return the worker processes ``pids`` (as :meth:`wait_ready` found them) that live."""
@@ -382,16 +408,24 @@ def run_backend(
     connections: int,
     seconds: float,
     warm_s: float,
+    source: str = "",
 ) -> dict[str, dict[str, Any]]:
-    """Serve ``backend`` once and load each view; return ``{view: figures or {"failed": ...}}``."""
+    """Serve ``backend`` once and load each view; return ``{view: figures or {"failed": ...}}``.
+
+    ``source``: a twin's exported tree, whose ``stampede`` the workers must have imported.
+    """
     client.flushall()
     out: dict[str, dict[str, Any]] = {}
     try:
-        site = Site(redis_url, backend, workers)
+        site = Site(redis_url, adapter_name(backend), workers, source=source)
     except OSError as exc:
         return {view: {"failed": f"uvicorn did not start: {exc}"} for view in VIEWS}
     try:
         pids = site.wait_ready()
+        files = site.stampede_files(pids)
+        if wrong := baseline.source_problem(files, source):
+            raise RuntimeError(f"wrong stampede: {wrong}")
+        stampede_from = sorted({os.path.dirname(f["stampede_file"] or "") for f in files} - {""})
         get_url(f"{site.base}/warm")
         for view in VIEWS:
             url = f"{site.base}/{view}"
@@ -401,6 +435,7 @@ def run_backend(
                 site, pids, client, redis_url, view, connections=connections, seconds=seconds
             )
             figures["worker_pids"] = sorted(pids)
+            figures["stampede_from"] = stampede_from
             out[view] = figures
     except (RuntimeError, OSError, subprocess.TimeoutExpired, ValueError) as exc:
         reason = f"{type(exc).__name__}: {exc}"
@@ -411,9 +446,10 @@ def run_backend(
     return out
 
 
-def row_names() -> list[str]:
-    """Return every row, ``"<backend> <view>"``, grouped by view."""
-    return [f"{backend} {view}" for view in VIEWS for backend in BACKENDS]
+def row_names(rev: str = "") -> list[str]:
+    """Return every row, ``"<backend> <view>"``, grouped by view; with ``rev``, each
+    StampedeCache row is followed by its twin's (``async_calls.backends``)."""
+    return [f"{backend} {view}" for view in VIEWS for backend in backends(rev)]
 
 
 def add_multiples(entries: dict[str, dict[str, Any]]) -> None:
@@ -440,21 +476,26 @@ def run(
     warm_s: float,
     repeat: int,
     step: Callable[[str], None] = lambda what: None,
+    base: baseline.Baseline | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Run every backend ``repeat`` times (alternating order); return ``{row: entry}``."""
-    names = row_names()
+    """Run every backend ``repeat`` times (alternating order); return ``{row: entry}``.
+
+    ``base`` (``--compare``): each StampedeCache backend has a twin serving its ``stampede``,
+    run right after it."""
+    rev = base.short if base else ""
+    names = row_names(rev)
     missing = scenario_missing()
     not_run = {
         name: reason
         for name in names
-        if (reason := missing or BACKENDS[split(name)[0]].unavailable())
+        if (reason := missing or BACKENDS[adapter_name(split(name)[0])].unavailable())
     }
-    backends = [backend for backend in BACKENDS if f"{backend} {VIEWS[0]}" not in not_run]
+    served = [backend for backend in backends(rev) if f"{backend} {VIEWS[0]}" not in not_run]
     entries: dict[str, dict[str, Any]] = {
         name: {"not_run": not_run[name]} if name in not_run else {"runs": []} for name in names
     }
     for rep in range(repeat):
-        for backend in backends if rep % 2 == 0 else backends[::-1]:
+        for backend in served if rep % 2 == 0 else served[::-1]:
             measured = run_backend(
                 client,
                 redis_url,
@@ -463,6 +504,7 @@ def run(
                 connections=connections,
                 seconds=seconds,
                 warm_s=warm_s,
+                source=base.source if base and TWIN in backend else "",
             )
             for view, figures in measured.items():
                 figures["load1"] = os.getloadavg()[0]

@@ -13,6 +13,8 @@ wrk counts as a non-2xx response):
   returns the stored value, so even a miss answers right; it is not expected to run);
 - ``/warm``: ``aset`` of both keys, once before the load;
 - ``/pid``: the worker's process id, so the parent knows every worker answers;
+- ``/stampede``: the process id and the ``stampede.__file__`` the worker's backend imported
+  (nothing after the id: none), so the parent knows which ``stampede`` it serves (``--compare``);
 - ``/fault``, ``/fault_sync``, ``/fault_warm``, ``/fault_warm_sync``: the ``faults`` scenario's
   (``benchmarks.fault_views``), recording what they do only when the environment names
   ``STAMPEDE_BENCH_FAULT_DIR``.
@@ -31,6 +33,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import path
 
 from .anchors import caches as caches_setting
+from .baseline import imported_stampede
 
 KEYS = ("asgi:a", "asgi:b")
 VALUE = {"id": 42, "name": "report", "rows": list(range(20))}
@@ -91,11 +94,19 @@ async def pid(request: HttpRequest) -> HttpResponse:
     return HttpResponse(str(os.getpid()).encode(), content_type="text/plain")
 
 
+async def stampede_file(request: HttpRequest) -> HttpResponse:
+    # Looking the cache up imports its backend's package, as the first request would.
+    caches[ALIAS]
+    answer = f"{os.getpid()} {imported_stampede() or ''}"
+    return HttpResponse(answer.encode(), content_type="text/plain")
+
+
 urlpatterns = [
     path("aget", two_agets),
     path("aget_or_set", two_aget_or_sets),
     path("warm", warm),
     path("pid", pid),
+    path("stampede", stampede_file),
     path("fault", fault_views.fault),
     path("fault_sync", fault_views.fault_sync),
     path("fault_warm", fault_views.fault_warm),

@@ -21,7 +21,9 @@ What each method is called with (``KEY`` and ``OTHER`` hold ``VALUE``, ``COUNTER
 ``aadd(KEY, VALUE, 3600)`` (the key exists: refused), ``adelete(KEY)`` (absent after the
 first call), ``atouch(KEY, 3600)``, ``aincr(COUNTER)``. A read that returns anything but the
 stored value counts as an error. StampedeCache has every row; django-vcache and django-valkey
-(the anchors) have ``aget`` and ``aget_or_set``.
+(the anchors) have ``aget`` and ``aget_or_set``. With ``--compare REV`` (``benchmarks.baseline``)
+each StampedeCache row has a twin, ``<backend>@<short rev> <method>``, right after it, whose
+process imports ``REV``'s ``stampede`` and proves it (``stampede_file``).
 
 Rule: one process per row, spawned, never forked; a row that fails, hangs or cannot run here
 is a row with its reason, never a failed invocation. Every child is joined, or terminated.
@@ -39,7 +41,10 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from . import baseline
 from .anchors import BACKENDS, DJANGO
+from .anchors import caches as caches_setting
+from .implementations import TWIN, adapter_name, twin
 
 METHODS = (
     "aget",
@@ -62,14 +67,35 @@ VALUE = {"id": 42, "name": "report", "rows": list(range(20))}  # msgpack can hol
 TIMEOUT = 3600
 STARTUP_S = 120.0  # spawn, import Django and the backend, fill, warm up, on a busy machine
 HANG_S = 30.0  # a task still calling this long after the window closed is hung
+#: A twin's process runs ``child_main`` after its imports are redirected (``baseline.FromSource``).
+ENTRY = f"{__name__}:child_main"
 
 
-def row_names() -> list[str]:
-    """Return every row, ``"<backend> <method>"``, grouped by method (Django's first)."""
+def uses_stampede(backend: str) -> bool:
+    """Return whether ``backend`` (of ``anchors.BACKENDS``) is a ``StampedeCache``."""
+    return str(caches_setting("redis://127.0.0.1")[backend]["BACKEND"]).startswith(
+        f"{baseline.PACKAGE}."
+    )
+
+
+def backends(rev: str = "") -> list[str]:
+    """Return the backends of ``anchors.BACKENDS``, each ``StampedeCache`` one followed by its
+    twin at ``rev`` (``stampede@<rev>``) when ``rev`` is given."""
+    names = []
+    for backend in BACKENDS:
+        names.append(backend)
+        if rev and uses_stampede(backend):
+            names.append(twin(backend, rev))
+    return names
+
+
+def row_names(rev: str = "") -> list[str]:
+    """Return every row, ``"<backend> <method>"``, grouped by method (Django's first); with
+    ``rev``, each StampedeCache row is followed by its twin's (``backends``)."""
     return [
         f"{backend} {method}"
         for method in METHODS
-        for backend in BACKENDS
+        for backend in backends(rev)
         if backend not in ANCHORS or method in ANCHOR_METHODS
     ]
 
@@ -217,6 +243,7 @@ async def _row(cache: Any, method: str, tasks: int, warm_s: float, seconds: floa
     figures = await _drive(call, expected, tasks, seconds)
     figures["loads"] = loader.calls
     figures["warm_first_error"] = warm["first_error"]
+    figures["stampede_file"] = baseline.imported_stampede()
     conn.send(("done", figures))
     # Stay on the loop (connections, listeners, tracking open) until the parent has read
     # Redis's counters, so that closing them is not counted in the window.
@@ -260,7 +287,11 @@ def _expect(conn: Any, process: Any, kind: str, timeout: float) -> Any:
             raise _RowFailed(f"the worker process died (exit code {process.exitcode})")
         if time.monotonic() > deadline:
             raise _RowFailed(f"the worker process sent no {kind!r} within {timeout:g} s (hung)")
-    got, payload = conn.recv()
+    try:
+        got, payload = conn.recv()
+    except EOFError:  # it died before sending (a twin's that refused its imports, say)
+        process.join(timeout=5)
+        raise _RowFailed(f"the worker process died (exit code {process.exitcode})") from None
     if got == "fatal":
         raise _RowFailed(payload)
     if got != kind:
@@ -268,8 +299,15 @@ def _expect(conn: Any, process: Any, kind: str, timeout: float) -> Any:
     return payload
 
 
-def run_row(client: Any, url: str, name: str, tasks: int, warm_s: float, seconds: float) -> dict:
-    """Measure row ``name`` once against the Redis ``client`` talks to; return its figures."""
+def run_row(
+    client: Any, url: str, name: str, tasks: int, warm_s: float, seconds: float, source: str = ""
+) -> dict:
+    """Measure row ``name`` once against the Redis ``client`` talks to; return its figures.
+
+    ``source``: a twin's exported tree, whose ``stampede`` the process imports (its target
+    redirects the imports as it is unpickled: ``baseline.FromSource``); "" for the working
+    tree's. A process that imported another ``stampede`` fails the row.
+    """
     from .measure import commands
     from .runner import command_counts
 
@@ -277,9 +315,10 @@ def run_row(client: Any, url: str, name: str, tasks: int, warm_s: float, seconds
     client.flushall()
     context = multiprocessing.get_context("spawn")
     conn, child_conn = context.Pipe()
+    target = baseline.FromSource(source, ENTRY) if source else child_main
     process = context.Process(
-        target=child_main,
-        args=(url, backend, method, tasks, warm_s, seconds, child_conn),
+        target=target,
+        args=(url, adapter_name(backend), method, tasks, warm_s, seconds, child_conn),
         name=f"bench-async-{backend}-{method}",
         daemon=True,
     )
@@ -292,11 +331,15 @@ def run_row(client: Any, url: str, name: str, tasks: int, warm_s: float, seconds
         figures = _expect(conn, process, "done", seconds + HANG_S + 30)
         total, without_handshakes = commands(command_counts(client))
         conn.send("exit")
+        if wrong := baseline.source_problem([figures], source):
+            raise _RowFailed(f"wrong stampede: {wrong}")
     except _RowFailed as failed:
         return {"failed": str(failed)}
     finally:
         _reap(process, conn)
     figures.update(warm)
+    path = figures["stampede_file"]
+    figures["stampede_from"] = [os.path.dirname(path)] if path else []
     figures["cmds"], figures["cmds_all"] = without_handshakes, total
     figures["cmds_per_op"] = without_handshakes / figures["ok"] if figures["ok"] else math.nan
     return figures
@@ -323,23 +366,30 @@ def run(
     warm_s: float,
     repeat: int,
     step: Callable[[str], None] = lambda what: None,
+    base: baseline.Baseline | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Run every row ``repeat`` times; return ``{row: {"runs": [...], "row": medians}}``.
 
     A row whose backend cannot run here is ``{"not_run": reason}``. Repetitions alternate the
-    order of the rows, as every scenario of the benchmarks does.
+    order of the rows, as every scenario of the benchmarks does. ``base`` (``--compare``):
+    each StampedeCache row has a twin importing its ``stampede``, run right after it.
     """
     from .measure import aggregate
 
-    names = row_names()
-    not_run = {name: reason for name in names if (reason := BACKENDS[split(name)[0]].unavailable())}
+    names = row_names(base.short if base else "")
+    not_run = {
+        name: reason
+        for name in names
+        if (reason := BACKENDS[adapter_name(split(name)[0])].unavailable())
+    }
     runnable = [name for name in names if name not in not_run]
     entries: dict[str, dict[str, Any]] = {
         name: {"not_run": not_run[name]} if name in not_run else {"runs": []} for name in names
     }
     for rep in range(repeat):
         for name in runnable if rep % 2 == 0 else runnable[::-1]:
-            figures = run_row(client, url, name, tasks, warm_s, seconds)
+            source = base.source if base and TWIN in name else ""
+            figures = run_row(client, url, name, tasks, warm_s, seconds, source)
             figures["load1"] = os.getloadavg()[0]
             entries[name]["runs"].append(figures)
             step(f"async {name} rep {rep + 1}")

@@ -6,12 +6,25 @@ twin, ``<impl>@<short rev>`` (``implementations.with_twins``), that runs next to
 repetition. The twin's workers import ``stampede`` from the exported tree; the harness, Django,
 redis-py and the adapters stay the working tree's, so the package is all that differs.
 
+The ``async`` and ``asgi`` scenarios have twins too: ``<backend>@<short rev> <call or
+view>`` for each ``StampedeCache`` backend (``async_calls.backends``).
+
 How a spawned worker comes to import the baseline: spawn's preparation sets the child's
 ``sys.path`` to the parent's, then unpickles the process object, its target first. A twin's
 target is a ``FromSource``, and unpickling it puts the exported tree first on ``sys.path``
 before any other module of ``benchmarks`` is imported (the run's spec, the runner, the
-adapters). Each worker reports the ``stampede.__file__`` it imported (``imported_stampede``),
-and the parent fails a run whose workers imported it from anywhere else (``wrong_source``).
+adapters). The workers of the classic scenarios (``runner``) and of ``async`` start so.
+
+How a server's workers come to import it (``asgi``: uvicorn, a process of its own that spawns
+its workers): ``python -m`` puts its working directory first on ``sys.path``, and the parent's
+is the repository, whose ``stampede/`` would win; so a twin's server runs in the exported tree
+with it first on ``PYTHONPATH`` too, the repository after it for ``benchmarks``
+(``server_path``); its spawned workers inherit that ``sys.path``. (The editable install's
+finder is not in the way: setuptools appends it to ``sys.meta_path``, after the path finder.)
+
+Each worker reports the ``stampede.__file__`` it imported (``imported_stampede``; a server's
+workers answer it over HTTP), and the parent fails a run whose workers imported it from
+anywhere else (``source_problem``).
 
 Rule: this module imports only the standard library at module top, and
 ``benchmarks/__init__.py`` imports nothing, so the redirect precedes any ``stampede`` import.
@@ -20,7 +33,9 @@ Rule: this module imports only the standard library at module top, and
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
+import os
 import subprocess
 import sys
 import tarfile
@@ -95,26 +110,32 @@ def _git(root: Path, *command: str) -> str:
     return done.stdout.strip() if done.returncode == 0 else ""
 
 
-class FromSource:
-    """A worker's entry point that imports ``stampede`` from ``source``, then runs the runner's.
+#: The entry point of the classic scenarios' workers (``runner.child_main``).
+RUNNER_ENTRY = "benchmarks.runner:child_main"
 
-    Pickled as a call of ``_arrive(source)``, so that the spawned child redirects its imports
-    while unpickling its target, before the target's arguments are unpickled.
+
+class FromSource:
+    """A worker's entry point that imports ``stampede`` from ``source``, then runs ``entry``.
+
+    ``entry`` is ``"module:function"``, imported only when called. Pickled as a call of
+    ``_arrive(source, entry)``, so that the spawned child redirects its imports while
+    unpickling its target, before the target's arguments are unpickled, and before the
+    entry's module (which may import ``stampede``) is.
     """
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, entry: str = RUNNER_ENTRY) -> None:
         self.source = source
+        self.entry = entry
 
-    def __reduce__(self) -> tuple[Any, tuple[str]]:
-        return (_arrive, (self.source,))
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        return (_arrive, (self.source, self.entry))
 
     def __call__(self, *args: Any) -> None:
-        from .runner import child_main
+        module, _, function = self.entry.partition(":")
+        getattr(importlib.import_module(module), function)(*args)
 
-        child_main(*args)
 
-
-def _arrive(source: str) -> FromSource:
+def _arrive(source: str, entry: str = RUNNER_ENTRY) -> FromSource:
     """Put ``source`` first on ``sys.path`` (in the spawned child); return the entry point.
 
     Raises:
@@ -125,7 +146,19 @@ def _arrive(source: str) -> FromSource:
     if loaded is not None and not is_under(loaded.__file__, source):
         raise ImportError(f"{PACKAGE} already imported from {loaded.__file__}, not {source}")
     sys.path.insert(0, source)
-    return FromSource(source)
+    return FromSource(source, entry)
+
+
+def server_path(source: str, root: Path) -> tuple[Path, list[str]]:
+    """Return (working directory, ``PYTHONPATH`` entries) of a server that serves ``benchmarks``.
+
+    ``source``: a twin's exported tree, whose ``stampede`` the server's workers must import;
+    "" for the working tree's. ``python -m`` puts the working directory first on ``sys.path``:
+    the repository (``root``) for the working tree, the exported tree for a twin.
+    """
+    if not source:
+        return root, [str(root)]
+    return Path(source), [source, str(root)]
 
 
 def imported_stampede() -> str | None:
@@ -155,3 +188,17 @@ def wrong_source(outcomes: list[dict], expected: str, required: bool) -> str | N
             index = outcome.get("index")
             return f"worker {index} imported {PACKAGE} from {path}, not from {expected}"
     return None
+
+
+def source_problem(outcomes: list[dict], source: str) -> str | None:
+    """Return why the workers' ``stampede`` is not the one their row measures, or None.
+
+    ``source``: a twin's exported tree (every worker must have imported ``stampede`` from it);
+    "" for the working tree's, the one this process imported (None when it imported none).
+    """
+    if source:
+        return wrong_source(outcomes, os.path.join(source, PACKAGE), required=True)
+    parent = imported_stampede()
+    if parent is None:
+        return None
+    return wrong_source(outcomes, os.path.dirname(parent), required=False)

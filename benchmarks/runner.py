@@ -155,18 +155,9 @@ class _RunFailed(Exception):
 
 def _check_source(spec: RunSpec, outcomes: list[dict]) -> None:
     """Fail the run if its workers imported another ``stampede`` than the one it measures."""
-    expected = os.path.join(spec.source, baseline.PACKAGE) if spec.source else _parent_stampede()
-    if expected is None:
-        return  # the parent imported no stampede: nothing to compare a worker's with
-    wrong = baseline.wrong_source(outcomes, expected, required=bool(spec.source))
+    wrong = baseline.source_problem(outcomes, spec.source)
     if wrong:
         raise _RunFailed(f"wrong stampede: {wrong}")
-
-
-def _parent_stampede() -> str | None:
-    """Return the directory of the parent's ``stampede`` package, or None if it has none."""
-    path = baseline.imported_stampede()
-    return None if path is None else os.path.dirname(path)
 
 
 def _start(spec: RunSpec, counters: _Counters, ready: Any, go: Any) -> None:
