@@ -5,7 +5,9 @@ benchmarks.asgi_site:application`` with ``workers`` (2) worker processes on a fr
 port, waits until every worker answers, fills the keys (``/warm``), and for each view
 (``/aget``: two ``await cache.aget``; ``/aget_or_set``: two ``await cache.aget_or_set``) runs
 Debian's ``wrk`` with ``connections`` (300) connections: ``warm_s`` unmeasured, then ``seconds``
-(10) measured. During the measured run:
+(10) measured. ``server`` names how the site is served (``server_command``: the scenario's
+servers are ``benchmarks.asgi_servers``, and ``benchmarks.asgi_matrix`` runs this module under
+each of them). During the measured run:
 
 - wrk reports requests/s, the latency distribution (p50, p99), non-2xx responses and socket
   errors (connect, read, write, timeout: ``parse_wrk``);
@@ -154,8 +156,14 @@ def get_url(url: str, timeout: float = 5.0) -> bytes:
 
 
 def server_command(server: str, port: int, workers: int, threads: int = 1) -> list[str]:
-    """Return the command that serves ``asgi_site`` on ``port``: uvicorn (ASGI) or gunicorn
-    (WSGI, ``threads`` threads in each gthread worker); access logs off, warnings on."""
+    """Return the command that serves ``asgi_site`` on ``port``: a server of
+    ``asgi_servers.SERVERS`` (the asgi scenario's, by name), uvicorn with its ``auto`` loop and
+    parser (ASGI), or gunicorn (WSGI, ``threads`` threads in each gthread worker); access logs
+    off, warnings on."""
+    from .asgi_servers import SERVERS
+
+    if server in SERVERS:
+        return SERVERS[server].command(port, workers)
     if server == "gunicorn":
         command = [sys.executable, "-m", "gunicorn", "benchmarks.asgi_site:wsgi_application"]
         command += ["--bind", f"127.0.0.1:{port}", "--workers", str(workers)]
@@ -409,17 +417,19 @@ def run_backend(
     seconds: float,
     warm_s: float,
     source: str = "",
+    server: str = "uvicorn",
 ) -> dict[str, dict[str, Any]]:
-    """Serve ``backend`` once and load each view; return ``{view: figures or {"failed": ...}}``.
+    """Serve ``backend`` once under ``server`` (``server_command``) and load each view; return
+    ``{view: figures or {"failed": ...}}``.
 
     ``source``: a twin's exported tree, whose ``stampede`` the workers must have imported.
     """
     client.flushall()
     out: dict[str, dict[str, Any]] = {}
     try:
-        site = Site(redis_url, adapter_name(backend), workers, source=source)
+        site = Site(redis_url, adapter_name(backend), workers, source=source, server=server)
     except OSError as exc:
-        return {view: {"failed": f"uvicorn did not start: {exc}"} for view in VIEWS}
+        return {view: {"failed": f"{server} did not start: {exc}"} for view in VIEWS}
     try:
         pids = site.wait_ready()
         files = site.stampede_files(pids)
@@ -477,14 +487,18 @@ def run(
     repeat: int,
     step: Callable[[str], None] = lambda what: None,
     base: baseline.Baseline | None = None,
+    server: str = "uvicorn",
 ) -> dict[str, dict[str, Any]]:
-    """Run every backend ``repeat`` times (alternating order); return ``{row: entry}``.
+    """Run every backend ``repeat`` times (alternating order) under ``server``
+    (``server_command``); return ``{row: entry}``.
 
     ``base`` (``--compare``): each StampedeCache backend has a twin serving its ``stampede``,
     run right after it."""
+    from .asgi_servers import SERVERS
+
     rev = base.short if base else ""
     names = row_names(rev)
-    missing = scenario_missing()
+    missing = scenario_missing() or (SERVERS[server].missing() if server in SERVERS else None)
     not_run = {
         name: reason
         for name in names
@@ -505,6 +519,7 @@ def run(
                 seconds=seconds,
                 warm_s=warm_s,
                 source=base.source if base and TWIN in backend else "",
+                server=server,
             )
             for view, figures in measured.items():
                 figures["load1"] = os.getloadavg()[0]
