@@ -47,8 +47,10 @@ class Settings:
     async_tasks: int = 200
     async_seconds: float = 2.0
     async_warm_s: float = 0.5
-    # asgi: uvicorn with `asgi_workers` workers, wrk with `asgi_connections` for `asgi_seconds`
-    # (wrk's durations are whole seconds: fractions are rounded up)
+    # asgi: each server of `asgi_servers` (benchmarks.asgi_servers) with `asgi_workers` workers,
+    # wrk with `asgi_connections` for `asgi_seconds` (wrk's durations are whole seconds:
+    # fractions are rounded up)
+    asgi_servers: tuple[str, ...] = ("uvicorn-uvloop", "uvicorn-asyncio", "gunicorn-uvicorn")
     asgi_workers: int = 2
     asgi_connections: int = 300
     asgi_seconds: float = 10.0
@@ -121,6 +123,7 @@ QUICK = {
     "deadline_s": 15.0,
     "async_seconds": 0.5,
     "async_warm_s": 0.2,
+    "asgi_servers": ("uvicorn-uvloop",),
     "asgi_connections": 50,
     "asgi_seconds": 2.0,
     "asgi_warm_s": 1.0,
