@@ -3,12 +3,13 @@
 Exits non-zero when an implementation errors out entirely (not one call in any repetition of
 a scenario returned a value), so that CI or ``tox -e bench`` notices a broken adapter.
 
-``--baseline REV`` measures before and after in one run: every chosen stampede row of the
-cold, churn, hit and scale scenarios gets a twin, ``<impl>@<rev>``, whose workers import
-``REV``'s ``stampede/`` (exported to a temporary directory) and which runs beside its row in
-every repetition; the tables show it under its row, a last table sets their figures side by
-side, and the JSON names the commit (``machine.baseline``). A twin that fails is reported as
-any failing row is, but does not make the exit status non-zero: the working tree is measured.
+``--compare REV`` (also spelt ``--baseline REV``) measures before and after in one run: every
+chosen stampede row of the cold, churn, hit, scale, async and asgi scenarios gets a twin,
+``<impl>@<rev>``, whose workers import ``REV``'s ``stampede/`` (exported to a temporary
+directory) and which runs beside its row in every repetition; the tables show it under its row,
+a last table sets their figures side by side with the change (``benchmarks.comparison``), and
+the JSON names the commit (``machine.baseline``). A twin that fails is reported as any failing
+row is, but does not make the exit status non-zero: the working tree is measured.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from . import anchors, baseline, charts, measure, plan, report, runner, servers, targets
+from . import anchors, baseline, charts, comparison, measure, plan, report, runner, servers, targets
 from .implementations import ADAPTERS, TWIN, adapter_name, in_scenario, twin, with_twins
 from .workload import control_every
 
@@ -50,9 +51,10 @@ SCENARIOS_HELP = (
     "run only when named)"
 )
 IMPLS_HELP = f"comma-separated, of {', '.join(ADAPTERS)} (default: all)"
-BASELINE_HELP = (
-    "a git revision: each stampede row of cold, churn, hit and scale also runs with that "
-    "revision's stampede/ (row <impl>@<rev>), beside it in every repetition"
+COMPARE_HELP = (
+    "a git revision: each stampede row of cold, churn, hit, scale, async and asgi also runs "
+    "with that revision's stampede/ (row <impl>@<rev>), beside it in every repetition, and a "
+    "last table sets each figure of the two side by side with the change (--baseline: the same)"
 )
 
 
@@ -62,7 +64,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--scenarios", default=",".join(plan.SCENARIOS), help=SCENARIOS_HELP)
     parser.add_argument("--impls", default=",".join(ADAPTERS), help=IMPLS_HELP)
     parser.add_argument("--repeat", type=int, help="repetitions per run (medians are reported)")
-    parser.add_argument("--baseline", metavar="REV", help=BASELINE_HELP)
+    parser.add_argument("--compare", "--baseline", dest="compare", metavar="REV", help=COMPARE_HELP)
     parser.add_argument("--processes", type=int, help="cold and churn: worker processes")
     parser.add_argument("--threads", type=int, help="cold and churn: threads per process")
     parser.add_argument("--load-ms", type=float, help="cold and scale: loader sleep")
@@ -305,7 +307,7 @@ def _run(argv: list[str] | None) -> int:
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
-        base = _baseline(args.baseline, classic, impls, stack)
+        base = _baseline(args.compare, scenarios, impls, stack)
         if base is not None:
             impls = with_twins(impls, base.short)
             twins = {twin(n, base.short): why for n, why in not_run.items() if TWIN not in n}
@@ -341,7 +343,7 @@ def _run(argv: list[str] | None) -> int:
             results = run_all(specs, client) if specs else {}
         for scenario in scenarios:
             if scenario in plan.ASYNC_SCENARIOS:
-                results[scenario] = _run_async(scenario, settings, client, server.url, about)
+                results[scenario] = _run_async(scenario, settings, client, server.url, about, base)
         client.close()
     _add_not_run(results, classic, impls, not_run)
     results = {scenario: results[scenario] for scenario in scenarios if scenario in results}
@@ -350,36 +352,45 @@ def _run(argv: list[str] | None) -> int:
 
 
 def _baseline(
-    rev: str | None, classic: list[str], impls: list[str], stack: contextlib.ExitStack
+    rev: str | None, scenarios: list[str], impls: list[str], stack: contextlib.ExitStack
 ) -> baseline.Baseline | None:
-    """Return ``--baseline``'s revision, exported until ``stack`` closes; None without one.
+    """Return ``--compare``'s revision, exported until ``stack`` closes; None without one.
 
     Raises:
-        SystemExit: nothing to compare (no stampede row, or no cold/churn/hit/scale scenario).
+        SystemExit: nothing to compare: neither async nor asgi, and no stampede row of a
+            cold, churn, hit or scale scenario.
     """
     if rev is None:
         return None
-    if not classic or not any(ADAPTERS[name].uses_stampede for name in impls):
+    classic = [scenario for scenario in scenarios if scenario in plan.SCENARIOS]
+    anchored = [scenario for scenario in scenarios if scenario in ("async", "asgi")]
+    if not anchored and (not classic or not any(ADAPTERS[n].uses_stampede for n in impls)):
         stampede_rows = ", ".join(name for name, a in ADAPTERS.items() if a.uses_stampede)
         raise SystemExit(
-            f"--baseline needs a scenario of {', '.join(plan.SCENARIOS)} and a row of "
-            f"{stampede_rows}; got --scenarios {','.join(classic) or '(none of them)'}, "
+            f"--compare needs the async or asgi scenario, or one of {', '.join(plan.SCENARIOS)} "
+            f"with a row of {stampede_rows}; got --scenarios {','.join(scenarios)}, "
             f"--impls {','.join(impls)}"
         )
     return stack.enter_context(baseline.exported(rev, ROOT))
 
 
 def _run_async(
-    scenario: str, settings: plan.Settings, client: Any, url: str, about: dict[str, Any]
+    scenario: str,
+    settings: plan.Settings,
+    client: Any,
+    url: str,
+    about: dict[str, Any],
+    base: baseline.Baseline | None,
 ) -> dict:
     """Run the ``async``, ``asgi``, ``faults``, ``invalidation``, ``orm`` or ``cluster``
     scenario; return ``{size: {row: entry}}`` as the others (``faults`` and ``cluster`` start
     servers of their own: ``client`` and ``url`` are not used; ``invalidation``'s, ``orm``'s
     and ``cluster``'s "sizes" are their parts; ``orm`` notes its PostgreSQL's version in
-    ``about``, ``cluster`` its cluster)."""
+    ``about``, ``cluster`` its cluster; ``async`` and ``asgi`` twin their StampedeCache rows
+    at ``base``)."""
     from . import asgi, async_calls, cluster, invalidation, orm
 
-    progress = Progress(_async_steps(scenario, settings))
+    progress = Progress(_async_steps(scenario, settings, base.short if base else ""))
     try:
         if scenario == "cluster":
             return cluster.run(settings, progress.note, about)
@@ -398,6 +409,7 @@ def _run_async(
                 warm_s=settings.async_warm_s,
                 repeat=settings.repeat,
                 step=progress.note,
+                base=base,
             )
             return {f"{settings.async_tasks} tasks": rows}
         rows = asgi.run(
@@ -409,6 +421,7 @@ def _run_async(
             warm_s=settings.asgi_warm_s,
             repeat=settings.repeat,
             step=progress.note,
+            base=base,
         )
         return {f"{settings.asgi_connections} connections": rows}
     finally:
@@ -430,8 +443,9 @@ def _run_faults(settings: plan.Settings, progress: Progress) -> dict[str, dict]:
     return faults.run(timeline, step=progress.note)
 
 
-def _async_steps(scenario: str, settings: plan.Settings) -> int:
-    """Return how many runs the scenario makes here, after saying which backends cannot run."""
+def _async_steps(scenario: str, settings: plan.Settings, rev: str = "") -> int:
+    """Return how many runs the scenario makes here, after saying which backends cannot run
+    (``rev``: the twins' revision, "" without twins)."""
     from . import asgi, async_calls, cluster, faults, invalidation, orm
 
     if scenario == "cluster":
@@ -453,9 +467,11 @@ def _async_steps(scenario: str, settings: plan.Settings) -> int:
     for name, why in missing.items():
         print(f"{scenario}: {anchors.BACKENDS[name].label}: {why}", file=sys.stderr)
     if scenario == "async":
-        rows = [n for n in async_calls.row_names() if async_calls.split(n)[0] not in missing]
+        names = async_calls.row_names(rev)
+        rows = [n for n in names if adapter_name(async_calls.split(n)[0]) not in missing]
         return len(rows) * settings.repeat
-    return (len(anchors.BACKENDS) - len(missing)) * settings.repeat
+    served = [b for b in async_calls.backends(rev) if adapter_name(b) not in missing]
+    return len(served) * settings.repeat
 
 
 def _with_lock_servers(
@@ -538,13 +554,13 @@ def _report(results, scenarios, settings, about, args, elapsed) -> int:
         table = report.text_table(header, body, report.label_columns(scenario))
         print(f"\n{heading}\n{table}")
         markdown.append(f"### {heading}\n\n{report.markdown_table(header, body)}\n")
-    comparison = report.versus(results) if "baseline" in about else []
-    if comparison:
+    compared = comparison.entries(results) if "baseline" in about else []
+    if compared:
         rev = about["baseline"]["short"]
-        heading = f"baseline {rev} -> working tree, same run (medians; rows and twins beside)"
-        header, body = report.versus_table(comparison, rev)
-        print(f"\n{heading}\n{report.text_table(header, body, report.VERSUS_LABELS)}")
-        table = report.markdown_table(header, body, report.VERSUS_LABELS)
+        heading = comparison.heading(rev, settings.repeat)
+        header, body = comparison.table(compared, rev)
+        print(f"\n{heading}\n{report.text_table(header, body, comparison.LABELS)}")
+        table = report.markdown_table(header, body, comparison.LABELS)
         markdown.append(f"### {heading}\n\n{table}\n")
     # The cluster's rows are no adapters' (``report.row_label``): it lists its errors itself.
     listed = {scenario: sizes for scenario, sizes in results.items() if scenario != "cluster"}
@@ -588,7 +604,7 @@ def _report(results, scenarios, settings, about, args, elapsed) -> int:
         "targets": [{"target": t, "measured": m, "met": met} for t, m, met in checks],
     }
     if "baseline" in about:
-        document["versus_baseline"] = comparison
+        document["versus_baseline"] = compared
     args.out.mkdir(parents=True, exist_ok=True)
     report.write_json(args.out / "results.json", document)
     (args.out / "tables.md").write_text("\n".join(markdown))

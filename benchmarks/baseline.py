@@ -1,13 +1,12 @@
 """Baseline rows: an earlier commit's ``stampede`` measured beside the working tree's, same run.
 
-``python -m benchmarks --baseline REV`` exports ``REV``'s ``stampede/`` (``git archive``) into a
-temporary directory, removed on exit, and gives every chosen row whose adapter uses the package a
-twin, ``<impl>@<short rev>`` (``implementations.with_twins``), that runs next to it in every
-repetition. The twin's workers import ``stampede`` from the exported tree; the harness, Django,
-redis-py and the adapters stay the working tree's, so the package is all that differs.
-
-The ``async`` and ``asgi`` scenarios have twins too: ``<backend>@<short rev> <call or
-view>`` for each ``StampedeCache`` backend (``async_calls.backends``).
+``python -m benchmarks --compare REV`` (or ``--baseline REV``) exports ``REV``'s ``stampede/``
+(``git archive``) into a temporary directory, removed on exit, and gives every chosen row whose
+adapter uses the package a twin, ``<impl>@<short rev>`` (``implementations.with_twins``), that
+runs next to it in every repetition. The twin's workers import ``stampede`` from the exported
+tree; the harness, Django, redis-py and the adapters stay the working tree's, so the package is
+all that differs. The ``async`` and ``asgi`` scenarios have twins too, ``<backend>@<short rev>
+<call or view>``, for each ``StampedeCache`` backend (``async_calls.backends``).
 
 How a spawned worker comes to import the baseline: spawn's preparation sets the child's
 ``sys.path`` to the parent's, then unpickles the process object, its target first. A twin's
@@ -76,14 +75,14 @@ def exported(rev: str, root: Path) -> Iterator[Baseline]:
     """
     commit = _git(root, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
     if not commit:
-        raise SystemExit(f"--baseline {rev!r}: not a commit of the repository at {root}")
+        raise SystemExit(f"--compare {rev!r}: not a commit of the repository at {root}")
     short = _git(root, "rev-parse", "--short", commit)
     archive = subprocess.run(
         ["git", "archive", "--format=tar", commit, PACKAGE], cwd=root, capture_output=True
     )
     if archive.returncode != 0:
         why = archive.stderr.decode(errors="replace").strip()
-        raise SystemExit(f"--baseline {rev!r}: no {PACKAGE}/ to export at {short} ({why})")
+        raise SystemExit(f"--compare {rev!r}: no {PACKAGE}/ to export at {short} ({why})")
     # ``git diff --quiet`` exits 1 when the commit's stampede/ and the working tree's differ.
     same = subprocess.run(["git", "diff", "--quiet", commit, "--", PACKAGE], cwd=root)
     with tempfile.TemporaryDirectory(prefix=f"stampede-baseline-{short}-") as directory:

@@ -11,7 +11,7 @@ for Redlock, a ZooKeeper), which the parent starts and the run's spec addresses.
 
 A row is named after its adapter, or ``<adapter>@<rev>`` for the twin of a row whose adapter
 uses the ``stampede`` package (``uses_stampede``): the same adapter, its workers importing
-``REV``'s stampede (``benchmarks.baseline``, ``--baseline REV``).
+``REV``'s stampede (``benchmarks.baseline``, ``--compare REV``).
 
 Rule: child-side module; imports Django and the libraries lazily, in ``setup()``, so that the
 parent can list what is not installed without importing any of them.
@@ -397,6 +397,14 @@ TWIN = "@"
 def adapter_name(row: str) -> str:
     """Return the adapter of row ``row``: ``stampede`` for ``stampede`` and ``stampede@f099ab8``."""
     return row.partition(TWIN)[0]
+
+
+def untwinned(row: str) -> str:
+    """Return the row that row ``row`` is the twin of (itself if it is none):
+    ``stampede@f099ab8`` -> ``stampede``, and in the ``async`` and ``asgi`` scenarios, whose
+    rows are ``"<backend> <call or view>"``, ``stampede@f099ab8 aget`` -> ``stampede aget``."""
+    head, space, rest = row.partition(" ")
+    return f"{adapter_name(head)}{space}{rest}"
 
 
 def twin(row: str, rev: str) -> str:

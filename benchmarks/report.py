@@ -4,8 +4,9 @@
 an implementation that could not run here has ``{"not_run": reason}`` instead. In the ``async``,
 ``asgi`` and ``faults`` scenarios the rows are ``"<backend> <method, view, or server and
 fault>"`` (``benchmarks.anchors``), shown as two columns.
-With ``--baseline REV`` a stampede row's twin, ``<impl>@<rev>``
-(``benchmarks.baseline``), sits right below it, and ``versus`` sets the two side by side.
+With ``--compare REV`` a stampede row's twin, ``<impl>@<rev>`` (``<backend>@<rev> <what>`` in
+``async`` and ``asgi``: ``benchmarks.baseline``), sits right below it, and
+``benchmarks.comparison`` sets the two side by side.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .anchors import label as backend_label
-from .implementations import TWIN, adapter_name, label
+from .implementations import TWIN, label
 
 Column = tuple[str, Callable[[dict[str, Any]], str]]
 
@@ -160,8 +161,14 @@ def row_label(scenario: str, name: str, grace: float) -> str:
     """Return the display label of row ``name`` of ``scenario``."""
     if scenario in ANCHORED:
         backend, _, what = name.partition(" ")
-        return f"{backend_label(backend)} {what}"
+        return f"{_backend(backend)} {what}"
     return label(name, grace)
+
+
+def _backend(backend: str) -> str:
+    """Return the label of an anchored row's backend (a twin's ends in ``@<rev>``)."""
+    name, _, rev = backend.partition(TWIN)
+    return f"{backend_label(name)} @{rev}" if rev else backend_label(name)
 
 
 def rows(scenario: str, sizes: dict[str, dict], grace: float) -> tuple[list[str], list[list[str]]]:
@@ -177,7 +184,7 @@ def rows(scenario: str, sizes: dict[str, dict], grace: float) -> tuple[list[str]
         for impl, entry in impls.items():
             if scenario in ANCHORED:
                 backend, _, what = impl.partition(" ")
-                cells = [backend_label(backend), _view(scenario, what)]
+                cells = [_backend(backend), _view(scenario, what)]
             else:
                 cells = [label(impl, grace)] + ([size] if scenario == "scale" else [])
             row = entry.get("row", {})
@@ -252,101 +259,6 @@ def errors_section(results: dict[str, dict], grace: float) -> list[str]:
                     name = row_label(scenario, impl, grace)
                     lines.append(f"{scenario} {size} {name}: {message}")
     return lines
-
-
-#: The figures ``versus`` compares, per scenario: (metric, name, higher is better, decimals).
-VERSUS: dict[str, list[tuple[str, str, bool, int]]] = {
-    "cold": [
-        ("loads", "loader calls", False, 1),
-        ("p50_ms", "p50 ms", False, 1),
-        ("p99_ms", "p99 ms", False, 1),
-        ("cmds", "Redis cmds", False, 0),
-    ],
-    "churn": [
-        ("loads_per_window", "loads/key/expiry", False, 2),
-        ("p50_ms", "p50 ms", False, 2),
-        ("p99_ms", "p99 ms", False, 2),
-        ("hit_p99_ms", "hit p99 ms", False, 2),
-        ("rps", "requests/s", True, 0),
-        ("cmds_per_req", "cmds/request", False, 3),
-    ],
-    "hit": [
-        ("us_op", "us/op", False, 1),
-        ("ratio", "ratio to raw", False, 3),
-        ("cmds_per_op", "Redis cmds/op", False, 2),
-    ],
-}
-VERSUS["scale"] = VERSUS["cold"]
-VERSUS_LABELS = 4  # scenario, clients, implementation, figure
-
-
-def versus(results: dict[str, dict]) -> list[dict[str, Any]]:
-    """Return each twin's figures beside its current row's, with the change, for the JSON.
-
-    One entry per scenario, size, row and figure of ``VERSUS`` whose row and twin both have
-    figures; a twin that failed, errored out entirely or did not run has none (its table row
-    and the errors section say why).
-    """
-    entries = []
-    for scenario, sizes in results.items():
-        for size, impls in sizes.items():
-            for name, entry in impls.items():
-                current = impls.get(adapter_name(name), {}).get("row")
-                twin = entry.get("row")
-                if TWIN not in name or not current or not twin:
-                    continue
-                if any("failed" in row or row.get("all_errored") for row in (current, twin)):
-                    continue
-                for metric, figure, higher_better, digits in VERSUS.get(scenario, []):
-                    before, after = twin.get(metric), current.get(metric)
-                    entries.append(
-                        {
-                            "scenario": scenario,
-                            "size": size,
-                            "row": adapter_name(name),
-                            "baseline_row": name,
-                            "figure": figure,
-                            "metric": metric,
-                            "baseline": before,
-                            "current": after,
-                            "change": _change(before, after),
-                            "higher_is_better": higher_better,
-                            "digits": digits,
-                        }
-                    )
-    return entries
-
-
-def _change(before: Any, after: Any) -> float | None:
-    """Return (after - before) / before, or None where it has no meaning."""
-    if not isinstance(before, (int, float)) or not isinstance(after, (int, float)):
-        return None
-    if math.isnan(before) or math.isnan(after) or before == 0:
-        return None
-    return (after - before) / before
-
-
-def versus_table(entries: list[dict[str, Any]], rev: str) -> tuple[list[str], list[list[str]]]:
-    """Return (header, rows of cells) of the before/after table of ``versus``'s entries."""
-    header = ["scenario", "clients", "implementation", "figure"]
-    header += [f"@{rev}", "working tree", "change"]
-    body = []
-    for e in entries:
-        cells = [e["scenario"], e["size"], e["row"], e["figure"]]
-        cells += [_num(e["baseline"], e["digits"]), _num(e["current"], e["digits"])]
-        cells.append(_change_text(e))
-        body.append(cells)
-    return header, body
-
-
-def _change_text(entry: dict[str, Any]) -> str:
-    change = entry["change"]
-    if change is None:
-        return "-"
-    if abs(change) < 0.0005:
-        return "="
-    better = (change > 0) == entry["higher_is_better"]
-    return f"{100 * change:+.1f}% ({'better' if better else 'worse'})"
 
 
 def write_json(path: Path, document: dict[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""``python -m benchmarks --baseline REV``: twin rows, the import redirect, the comparison.
+"""``python -m benchmarks --compare REV``: twin rows and the import redirect.
 
 The redirect is tested where it matters, in a fresh interpreter that unpickles a twin's entry
 point as a spawned worker does: the exported tree must win over the working tree's package,
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import baseline, report
+from benchmarks import baseline
 from benchmarks.implementations import adapter_name, in_scenario, label, with_twins
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,28 +123,89 @@ def test_a_revision_that_is_not_a_commit_stops_the_invocation(tmp_path):
         pass
 
 
-def _row(**figures: float) -> dict:
-    return {"row": {"all_errored": False, **figures}}
+def test_a_twins_entry_point_runs_the_function_it_names_only_when_called(tmp_path):
+    source = _fake_stampede(tmp_path)
+    entry = pickle.dumps(baseline.FromSource(str(source), "benchmarks.async_calls:child_main"))
+    code = (
+        "import pickle, sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "entry = pickle.loads(sys.stdin.buffer.read())\n"
+        "print(entry.entry, 'benchmarks.async_calls' in sys.modules)\n"
+    )
+
+    done = subprocess.run(
+        [sys.executable, "-c", code], input=entry, capture_output=True, cwd=ROOT, timeout=60
+    )
+
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split() == ["benchmarks.async_calls:child_main", "False"]
 
 
-def test_the_comparison_sets_each_twin_beside_its_row_and_skips_a_twin_that_errored():
-    results = {
-        "churn": {
-            "2x10": {
-                "stampede": _row(rps=1100.0, p99_ms=2.0),
-                "stampede@abc1234": _row(rps=1000.0, p99_ms=2.0),
-                "stampede-grace": _row(rps=900.0),
-                "stampede-grace@abc1234": {"row": {"all_errored": True, "rps": 1.0}},
-            }
-        }
-    }
+#: A server started as the asgi scenario starts uvicorn, spawning a worker as uvicorn does;
+#: each process prints the ``stampede.__file__`` it imports.
+_SERVER = """
+import multiprocessing, sys
 
-    entries = {(e["row"], e["metric"]): e for e in report.versus(results)}
+def worker():
+    import stampede
+    print("worker", stampede.__file__, flush=True)
 
-    assert {row for row, _ in entries} == {"stampede"}
-    assert entries["stampede", "rps"]["change"] == pytest.approx(0.1)
-    header, body = report.versus_table(list(entries.values()), "abc1234")
-    cells = {row[3]: row[4:] for row in body}
-    assert header[4:] == ["@abc1234", "working tree", "change"]
-    assert cells["requests/s"] == ["1 000", "1 100", "+10.0% (better)"]
-    assert cells["p99 ms"][2] == "="
+if __name__ == "__main__":
+    import stampede
+    print("server", stampede.__file__, flush=True)
+    child = multiprocessing.get_context("spawn").Process(target=worker)
+    child.start()
+    child.join()
+"""
+
+
+def _serve(source: str, tmp_path: Path) -> dict[str, str]:
+    """Run ``_SERVER`` with ``python -m`` where ``baseline.server_path`` says; return
+    {"server": file, "worker": file} of the ``stampede`` each imported."""
+    launcher = tmp_path / "launcher"
+    launcher.mkdir()
+    (launcher / "bench_server_probe.py").write_text(_SERVER)
+    cwd, paths = baseline.server_path(source, ROOT)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join([*paths, str(launcher)])}
+    done = subprocess.run(
+        [sys.executable, "-m", "bench_server_probe"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(line.split(" ", 1) for line in done.stdout.splitlines())
+
+
+def test_a_twins_server_and_the_workers_it_spawns_import_the_exported_tree(tmp_path):
+    exported = tmp_path / "exported"
+    exported.mkdir()
+    _fake_stampede(exported)
+
+    imported = _serve(str(exported), tmp_path)
+
+    assert set(imported) == {"server", "worker"}
+    for path in imported.values():
+        assert baseline.is_under(path, str(exported / "stampede")), imported
+
+
+def test_a_working_tree_server_imports_the_repositorys_stampede(tmp_path):
+    imported = _serve("", tmp_path)
+
+    for path in imported.values():
+        assert baseline.is_under(path, str(ROOT / "stampede")), imported
+
+
+def test_a_workers_source_is_checked_against_the_twins_tree_or_the_parents_package():
+    parent = baseline.imported_stampede()
+    assert parent is not None  # the tests import the working tree's stampede
+    here = [{"index": 1, "stampede_file": parent}]
+    exported = [{"index": 2, "stampede_file": "/tmp/base/stampede/__init__.py"}]
+
+    assert baseline.source_problem(here, "") is None
+    assert baseline.source_problem(exported, "/tmp/base") is None
+    assert baseline.source_problem(here, "/tmp/base") is not None
+    assert baseline.source_problem(exported, "") is not None
+    assert baseline.source_problem([{"index": 3, "stampede_file": None}], "") is None
