@@ -47,11 +47,13 @@ from .django_internals import (
     BackendStore,
     async_store_for,
     django_redis_parts,
+    is_cluster_backend,
     reads_one_server,
     store_for,
 )
 from .django_redis_commands import DjangoRedisCommands
 from .redis_commands import BuiltinRedisCommands
+from .valkey_cluster_reads import ValkeyClusterReads
 
 #: A cache's store: records and fill locks.
 Store = RedisStore | BackendStore
@@ -326,6 +328,8 @@ def _async_filler(settings: CacheSettings, store: Store, near: NearReads | None)
     twin = async_store_for(store)
     if twin is None:
         return None
+    if clients.is_cluster(store.client):
+        near = None  # see ``_near_reads_on_loop``
     return AsyncFiller(
         twin, settings.fill, flights=settings.location, near=near, outage=outage(settings, store)
     )
@@ -363,6 +367,11 @@ def async_near_reads(
 
 
 def _near_reads_on_loop(store: Store, near: NearReads) -> NearReadsOnLoop | None:
+    # On a cluster the copies follow the nodes the process's sync client knows
+    # (``cluster_tracking``); a loop's twin learns the nodes by itself and may know a primary
+    # they do not track yet: its reads and fills keep no copies, and read Redis.
+    if clients.is_cluster(store.client):
+        return None
     twin = async_store_for(store)
     return NearReadsOnLoop(near, twin) if isinstance(twin, AsyncRedisStore) else None
 
@@ -380,6 +389,9 @@ def _native_commands(settings: CacheSettings, store: Store) -> Any:
     wrapped, key = key_backend(settings), key_namer(settings)
     if isinstance(store, BackendStore):
         return None
+    if is_cluster_backend(type(wrapped)):
+        client = clients.async_twin(store.client, loop_state().clients)
+        return None if client is None else ValkeyClusterReads(client, wrapped)
     parts = django_redis_parts(wrapped)
     if parts is None and not reads_one_server(wrapped):
         return None

@@ -177,12 +177,13 @@ def async_twin(sync_client: Any, per_loop: weakref.WeakKeyDictionary[Any, Any]) 
     """Return a ``redis.asyncio`` client for the server of ``sync_client``, or None.
 
     Same host, database, AUTH and TLS as the sync client. ``per_loop`` is the running loop's
-    registry (``io/_async/loops.py``), keyed weakly by the sync pool. None when the sync pool's
-    connections have no asyncio twin (Sentinel-managed pools): use the sync path in a thread.
+    registry (``io/_async/loops.py``), keyed weakly by the sync pool (a cluster client's, by the
+    client: ``factory.async_cluster_twin``). None when the sync client has no asyncio twin (a
+    cluster client not built by ``factory``): use the sync path in a thread.
     """
     pool = getattr(sync_client, "connection_pool", None)
     if pool is None:
-        return None
+        return _async_cluster_twin(sync_client, per_loop)
     if pool.connection_class.__name__.startswith("SentinelManaged"):
         return sentinel.async_twin(sync_client, per_loop)
     client = per_loop.get(pool)
@@ -192,6 +193,26 @@ def async_twin(sync_client: Any, per_loop: weakref.WeakKeyDictionary[Any, Any]) 
     if client is not None:
         per_loop[pool] = client
     return client
+
+
+def _async_cluster_twin(sync_client: Any, per_loop: weakref.WeakKeyDictionary[Any, Any]) -> Any:
+    # A cluster client has no pool: its twin is kept under the client itself.
+    client = per_loop.get(sync_client)
+    if client is None:
+        client = factory.async_cluster_twin(sync_client)
+        if client is not None:
+            per_loop[sync_client] = client
+    return client
+
+
+async def aclose(client: Any) -> None:
+    """Close an asyncio client built here, and its connections (a cluster client's ``aclose``
+    closes every node's; a client's own pool is closed with it)."""
+    asyncio_cluster: type[Any] = _cluster_types()[1]
+    if isinstance(client, asyncio_cluster):
+        await client.aclose()
+    else:
+        await client.aclose(close_connection_pool=True)
 
 
 def _forget_shared_in_child() -> None:

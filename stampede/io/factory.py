@@ -38,19 +38,49 @@ def cluster_client_from_url(url: str, options: dict[str, Any]) -> Any:
     found, and a dead one is reported within about a deadline, not after redis-py's 10
     attempts up to a second apart; the outage rules take it from there.
     """
-    from redis.backoff import ExponentialBackoff
     from redis.retry import Retry
 
     from .migrating import MigrationPatientCluster
 
     kwargs = deadlines.timed(options)
     if kwargs.get("retry") is None:
-        kwargs["retry"] = Retry(ExponentialBackoff(cap=0.08, base=0.02), CLUSTER_RETRIES)
-    return MigrationPatientCluster.from_url(url, **kwargs)
+        kwargs["retry"] = Retry(_cluster_backoff(), CLUSTER_RETRIES)
+    client: Any = MigrationPatientCluster.from_url(url, **kwargs)
+    client.source = (url, dict(options))
+    return client
+
+
+def async_cluster_twin(sync_cluster: Any) -> Any:
+    """Return a new ``redis.asyncio`` twin of a cluster client built by
+    ``cluster_client_from_url`` (``async_cluster.PatientAsyncCluster``), or None for any other:
+    the same URL and options, the same bounded retries, and at most the options'
+    ``max_connections`` per node (``ASYNC_POOL_SIZE`` if they set none), waited for, not failed.
+    """
+    source = getattr(sync_cluster, "source", None)
+    if source is None:
+        return None
+    from redis.asyncio.retry import Retry as AsyncRetry
+
+    from .async_cluster import PatientAsyncCluster
+
+    url, options = source
+    kwargs = deadlines.timed(options)
+    # A sync Retry is no asyncio client's: the twin retries as the fills' sync client does.
+    kwargs["retry"] = AsyncRetry(_cluster_backoff(), CLUSTER_RETRIES)
+    bound = kwargs.pop("max_connections", None)
+    kwargs["max_connections"] = bound if isinstance(bound, int) else ASYNC_POOL_SIZE
+    return PatientAsyncCluster.from_url(url, **kwargs)
 
 
 #: How many times the fills' cluster client sends again a command whose node did not answer.
 CLUSTER_RETRIES = 3
+
+
+def _cluster_backoff() -> Any:
+    """At most 80 ms between the fills' cluster client's attempts on a node that did not answer."""
+    from redis.backoff import ExponentialBackoff
+
+    return ExponentialBackoff(cap=0.08, base=0.02)
 
 
 def client_of_pool(pool: Any) -> Any:

@@ -43,19 +43,38 @@ def caught_by_a_migration(error: BaseException) -> bool:
     return type(error) is ClusterError and str(error).startswith("TTL exhausted")
 
 
+class MigrationWait:
+    """One command's patience with a migration: the pauses between its attempts, its time."""
+
+    __slots__ = ("_pause", "_started")
+
+    def __init__(self) -> None:
+        self._started = time.monotonic()
+        self._pause = _FIRST_PAUSE
+
+    def pause_after(self, error: BaseException) -> float:
+        """Return the pause before sending the command again after ``error``; raise ``error``
+        if it is no migration's, or once ``PATIENCE`` has passed since the first attempt."""
+        left = PATIENCE - (time.monotonic() - self._started)
+        if not caught_by_a_migration(error) or left <= 0:
+            raise error
+        pause, self._pause = min(self._pause, left), min(self._pause * 2, _LONGEST_PAUSE)
+        return pause
+
+
 class MigrationPatientCluster(RedisCluster):
     """``redis.cluster.RedisCluster``, but a command caught by a slot's migration is sent again
     until the migration ends (see the module docstring)."""
 
+    #: The URL and options it was built from (``factory.cluster_client_from_url``): its
+    #: asyncio twins are built from them too (``factory.async_cluster_twin``).
+    source: tuple[str, dict[str, Any]] | None = None
+
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        started = time.monotonic()
-        pause = _FIRST_PAUSE
+        wait = MigrationWait()
         while True:
             try:
                 return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
             except (TryAgainError, ClusterError) as error:
-                left = PATIENCE - (time.monotonic() - started)
-                if not caught_by_a_migration(error) or left <= 0:
-                    raise
-            time.sleep(min(pause, left))
-            pause = min(pause * 2, _LONGEST_PAUSE)
+                pause = wait.pause_after(error)
+            time.sleep(pause)

@@ -16,6 +16,7 @@ from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from ...core import process
+from .. import clients
 
 
 class LoopState:
@@ -58,7 +59,7 @@ class LoopState:
                     await notifier.close()
             for client in list(self.clients.values()):
                 with contextlib.suppress(Exception):
-                    await client.aclose(close_connection_pool=True)
+                    await clients.aclose(client)
             self.notifiers.clear()
             self.clients.clear()
             # The loop is closing: its state goes with it. The weak key alone would keep both
