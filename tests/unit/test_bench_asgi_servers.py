@@ -1,0 +1,98 @@
+"""The asgi scenario's servers and connection bounds: the command line each server is started
+with, what a missing package says, each backend's bound per worker, and the rows that carry
+them. Nothing here starts a server or times anything."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from benchmarks import asgi, asgi_matrix, asgi_pools, asgi_servers, plan
+from stampede.io.factory import ASYNC_POOL_SIZE
+
+URL = "redis://127.0.0.1:1/0"  # never connected: the bounds are read from unopened pools
+
+
+def _after(command: list[str], flag: str) -> str:
+    return command[command.index(flag) + 1]
+
+
+def test_uvicorn_runs_with_the_loop_and_parser_named_never_auto():
+    uvloop = asgi.server_command("uvicorn-uvloop", 8001, 2)
+    pure = asgi.server_command("uvicorn-asyncio", 8001, 2)
+    assert uvloop[:4] == [sys.executable, "-m", "uvicorn", "benchmarks.asgi_site:application"]
+    assert (_after(uvloop, "--loop"), _after(uvloop, "--http")) == ("uvloop", "httptools")
+    assert (_after(pure, "--loop"), _after(pure, "--http")) == ("asyncio", "h11")
+    for command in (uvloop, pure):
+        assert (_after(command, "--port"), _after(command, "--workers")) == ("8001", "2")
+        assert {"--no-access-log", "--lifespan"} <= set(command)
+
+
+def test_gunicorn_serves_the_asgi_application_on_uvicorn_workers():
+    command = asgi.server_command("gunicorn-uvicorn", 8002, 3)
+    assert command[:4] == [sys.executable, "-m", "gunicorn", "benchmarks.asgi_site:application"]
+    assert _after(command, "--worker-class") == "uvicorn_worker.UvicornWorker"
+    assert (_after(command, "--bind"), _after(command, "--workers")) == ("127.0.0.1:8002", "3")
+
+
+def test_the_faults_servers_keep_their_commands():
+    uvicorn = asgi.server_command("uvicorn", 8003, 2)
+    assert "--loop" not in uvicorn and "benchmarks.asgi_site:application" in uvicorn
+    gunicorn = asgi.server_command("gunicorn", 8003, 2, threads=50)
+    assert "benchmarks.asgi_site:wsgi_application" in gunicorn
+    assert (_after(gunicorn, "--worker-class"), _after(gunicorn, "--threads")) == ("gthread", "50")
+
+
+def test_a_server_whose_package_is_missing_names_it():
+    server = asgi_servers.AsgiServer(
+        "x", "x", (("sys", "sys"), ("no_such_module_here", "no-such-dist")), loop="asyncio"
+    )
+    assert server.missing() == ("not run: no-such-dist not installed (pip install -e '.[bench]')")
+    assert asgi_servers.SERVERS["uvicorn-asyncio"].needs == (("uvicorn", "uvicorn"),)
+
+
+def test_every_server_is_run_by_default_and_quick_runs_one():
+    assert plan.Settings().asgi_servers == tuple(asgi_servers.SERVERS)
+    assert plan.Settings(**plan.QUICK).asgi_servers == ("uvicorn-uvloop",)
+
+
+def test_each_backend_is_bounded_per_worker_as_its_library_says():
+    stampede = asgi_pools.bound("stampede", URL)
+    assert stampede.per_worker == ASYNC_POOL_SIZE  # redis-py 8's pool bound, or ours
+    assert asgi_pools.bound("stampede-near", URL).per_worker == stampede.per_worker
+    assert asgi_pools.bound("vcache", URL).per_worker == 1
+    django = asgi_pools.bound("django", URL)
+    assert django.per_worker is None and "per cache object" in django.why
+    assert asgi_pools.text(stampede, 2) == f"{ASYNC_POOL_SIZE} x 2"
+    assert asgi_pools.text(django, 2) == "none"
+
+
+def test_a_peak_is_within_the_bound_of_all_workers_or_not_judged():
+    bound = asgi_pools.PoolBound(1, "one per process")
+    assert asgi_pools.within(2, bound, 2) is True
+    assert asgi_pools.within(3, bound, 2) is False
+    assert asgi_pools.within(float("nan"), bound, 2) is None
+    assert asgi_pools.within(5000, asgi_pools.PoolBound(None, "none"), 2) is None
+
+
+def test_rows_carry_the_largest_peak_of_any_repetition_and_the_bound():
+    run = {"peak_connections": 2}
+    entries = {
+        "vcache aget": {"runs": [run, run | {"peak_connections": 3}], "row": {"rps": 1.0}},
+        "stampede@abc1234 aget": {"runs": [run], "row": {"rps": 1.0}},
+        "django aget": {"runs": [{"failed": "x"}], "row": {"failed": "x"}},
+        "valkey aget": {"not_run": "not run: django-valkey not installed"},
+    }
+    asgi_matrix.add_bounds(entries, URL, workers=2)
+    vcache = entries["vcache aget"]["row"]
+    assert (vcache["peak_connections_max"], vcache["pool_bound"]) == (3, "1 x 2")
+    assert vcache["within_pool_bound"] is False
+    twin = entries["stampede@abc1234 aget"]["row"]
+    assert (twin["pool_bound_per_worker"], twin["within_pool_bound"]) == (ASYNC_POOL_SIZE, True)
+    assert "pool_bound" not in entries["django aget"]["row"]
+
+
+@pytest.mark.parametrize("servers, runnable", [(("uvicorn-asyncio",), 1), ((), 0)])
+def test_the_steps_are_backends_times_repetitions_per_server(servers, runnable):
+    assert asgi_matrix.steps(servers, backends=5, repeat=3) == runnable * 15
