@@ -101,3 +101,24 @@ def test_tasks_past_the_clients_connections_wait_for_one(cache_of):
         assert filled == f"value:{index % 5}"
         assert many == {key: key.upper() for key in keys[:3]}
     assert max(connections) <= CONNECTIONS
+
+
+def test_a_read_that_fails_on_the_loop_answers_as_the_backings_own(cache_of, cluster):
+    """A key holding a list: ``GET`` is refused (WRONGTYPE) on the loop; the read is made
+    again by the backing, whose own error (django-valkey's) reaches the caller, as without the
+    wrapper."""
+    cache = cache_of({"CLOSE_CONNECTION": True})
+    backing = caches["backing"]
+    cluster.rpush(backing.make_key("listed"), b"item")
+
+    def raised(call: Any) -> type[BaseException]:
+        try:
+            call()
+        except Exception as exc:
+            return type(exc)
+        raise AssertionError("the read succeeded")
+
+    own = raised(lambda: backing.get("listed"))
+    through_the_wrapper = raised(lambda: asyncio.run(cache.aget("listed")))
+    assert own is through_the_wrapper
+    assert "valkey" in own.__module__  # not a redis-py error from the loop's client
