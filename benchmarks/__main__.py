@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent  # the repository: --baseline's re
 PARTED = ("invalidation", "orm", "cluster")
 QUICK_HELP = (
     "smoke run: 2 x 10 clients, 1.5 s churn, 2 000 hit calls, scale to 50, 1 repetition; "
-    "async 0.5 s per row; asgi 50 connections for 2 s; faults 10 s rows, a 2 s outage at 2.5 s; "
+    "async 0.5 s per row; asgi 50 connections for 2 s, uvicorn-uvloop only; "
+    "faults 10 s rows, a 2 s outage at 2.5 s; "
     "invalidation 1.5 s before and after, 1 repetition, 10 000 entries for the large tag; "
     "orm a herd of 2 x 10 after 3 writes, 10 000 reads by 2 x 4, 1 000 and 5 000 cached queries; "
     "cluster 2 x 10 clients, one run per row, 4 s event rows (1 024 slots resharded)"
@@ -51,6 +52,10 @@ SCENARIOS_HELP = (
     "run only when named)"
 )
 IMPLS_HELP = f"comma-separated, of {', '.join(ADAPTERS)} (default: all)"
+ASGI_SERVERS_HELP = (
+    f"asgi: comma-separated, of {', '.join(plan.Settings.asgi_servers)} (default: all; "
+    f"--quick: {','.join(plan.QUICK['asgi_servers'])})"
+)
 COMPARE_HELP = (
     "a git revision: each stampede row of cold, churn, hit, scale, async and asgi also runs "
     "with that revision's stampede/ (row <impl>@<rev>), beside it in every repetition, and a "
@@ -77,7 +82,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--scale", help="scale sizes as PxT,PxT,... e.g. 2x5,2x25,4x50,4x200")
     parser.add_argument("--async-tasks", type=int, help="async: asyncio tasks in the process")
     parser.add_argument("--async-seconds", type=float, help="async: measured seconds per row")
-    parser.add_argument("--asgi-workers", type=int, help="asgi: uvicorn worker processes")
+    parser.add_argument("--asgi-servers", help=ASGI_SERVERS_HELP)
+    parser.add_argument("--asgi-workers", type=int, help="asgi: worker processes per server")
     parser.add_argument("--asgi-connections", type=int, help="asgi: wrk connections")
     parser.add_argument("--asgi-seconds", type=float, help="asgi: measured seconds per view")
     parser.add_argument("--orm-reads", type=int, help="orm: freshness reads in all")
@@ -113,6 +119,9 @@ def settings_from(args: argparse.Namespace) -> plan.Settings:
         values["load_s"] = args.load_ms / 1000
     if args.churn_load_ms is not None:
         values["churn_load_s"] = args.churn_load_ms / 1000
+    if args.asgi_servers:
+        servers = _choose(args.asgi_servers, plan.Settings.asgi_servers, "ASGI servers")
+        values["asgi_servers"] = tuple(servers)
     if args.scale:
         values["scale"] = tuple(
             tuple(int(n) for n in size.split("x")) for size in args.scale.split(",")
@@ -388,7 +397,7 @@ def _run_async(
     and ``cluster``'s "sizes" are their parts; ``orm`` notes its PostgreSQL's version in
     ``about``, ``cluster`` its cluster; ``async`` and ``asgi`` twin their StampedeCache rows
     at ``base``)."""
-    from . import asgi, async_calls, cluster, invalidation, orm
+    from . import asgi_matrix, async_calls, cluster, invalidation, orm
 
     progress = Progress(_async_steps(scenario, settings, base.short if base else ""))
     try:
@@ -412,9 +421,10 @@ def _run_async(
                 base=base,
             )
             return {f"{settings.async_tasks} tasks": rows}
-        rows = asgi.run(
+        return asgi_matrix.run(  # {server: rows}: the servers are asgi's "sizes"
             client,
             url,
+            servers=settings.asgi_servers,
             workers=settings.asgi_workers,
             connections=settings.asgi_connections,
             seconds=settings.asgi_seconds,
@@ -423,7 +433,6 @@ def _run_async(
             step=progress.note,
             base=base,
         )
-        return {f"{settings.asgi_connections} connections": rows}
     finally:
         progress.close()
 
@@ -446,7 +455,8 @@ def _run_faults(settings: plan.Settings, progress: Progress) -> dict[str, dict]:
 def _async_steps(scenario: str, settings: plan.Settings, rev: str = "") -> int:
     """Return how many runs the scenario makes here, after saying which backends cannot run
     (``rev``: the twins' revision, "" without twins)."""
-    from . import asgi, async_calls, cluster, faults, invalidation, orm
+    from . import asgi, asgi_matrix, async_calls, cluster, faults, invalidation, orm
+    from .asgi_servers import SERVERS
 
     if scenario == "cluster":
         if why := cluster.missing():
@@ -470,8 +480,11 @@ def _async_steps(scenario: str, settings: plan.Settings, rev: str = "") -> int:
         names = async_calls.row_names(rev)
         rows = [n for n in names if adapter_name(async_calls.split(n)[0]) not in missing]
         return len(rows) * settings.repeat
+    for name in settings.asgi_servers:
+        if why := SERVERS[name].missing():
+            print(f"asgi: {name}: {why}", file=sys.stderr)
     served = [b for b in async_calls.backends(rev) if adapter_name(b) not in missing]
-    return len(served) * settings.repeat
+    return asgi_matrix.steps(settings.asgi_servers, len(served), settings.repeat)
 
 
 def _with_lock_servers(

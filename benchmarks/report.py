@@ -3,7 +3,8 @@
 ``results[scenario][size][impl]`` is ``{"row": medians (measure.aggregate), "runs": [...]}``;
 an implementation that could not run here has ``{"not_run": reason}`` instead. In the ``async``,
 ``asgi`` and ``faults`` scenarios the rows are ``"<backend> <method, view, or server and
-fault>"`` (``benchmarks.anchors``), shown as two columns.
+fault>"`` (``benchmarks.anchors``), shown as two columns; asgi's sizes are its servers
+(``benchmarks.asgi_servers``), a third label column before them.
 With ``--compare REV`` a stampede row's twin, ``<impl>@<rev>`` (``<backend>@<rev> <what>`` in
 ``async`` and ``asgi``: ``benchmarks.baseline``), sits right below it, and
 ``benchmarks.comparison`` sets the two side by side.
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .anchors import label as backend_label
+from .asgi_servers import label as server_label
 from .implementations import TWIN, label
 
 Column = tuple[str, Callable[[dict[str, Any]], str]]
@@ -47,6 +49,15 @@ def _loads(row: dict[str, Any]) -> str:
     if row.get("loads_max", row["loads"]) != row["loads"]:
         text += f" ({_num(row['loads_min'])}-{_num(row['loads_max'])})"
     return text
+
+
+def _within(row: dict[str, Any]) -> str:
+    """Return whether the largest peak of any repetition kept within the pool's bound of all
+    workers, with that peak: ``yes (20)``, ``no (2 471)``, or ``-`` where nothing bounds it."""
+    within = row.get("within_pool_bound")
+    if within is None:
+        return "-"
+    return f"{'yes' if within else 'no'} ({_num(row.get('peak_connections_max'))})"
 
 
 COLUMNS: dict[str, list[Column]] = {
@@ -102,6 +113,8 @@ COLUMNS: dict[str, list[Column]] = {
         ("non-2xx, all runs", lambda r: _num(r.get("non2xx_total"))),
         ("socket errors, all runs", lambda r: _num(r.get("socket_errors_total"))),
         ("peak Redis conns", lambda r: _num(r["peak_connections"])),
+        ("pool max x workers", lambda r: r.get("pool_bound") or "-"),
+        ("largest peak within", _within),
         ("app CPU us/req", lambda r: _num(r["cpu_us_req"], 1)),
         ("CPU x RedisCache", lambda r: _times(r.get("cpu_x_django"))),
         ("Redis cmds/req", lambda r: _num(r["cmds_per_req"], 2)),
@@ -144,9 +157,9 @@ TITLES = {
     "async": "async: one process, {tasks} asyncio tasks call one method on warm keys, "
     "{async_seconds:g} s per row; Python {python}; multiples of Django RedisCache's aget "
     "(and of its own call of the same method)",
-    "asgi": "asgi: Django on uvicorn ({workers} workers), wrk {connections} connections for "
+    "asgi": "asgi: Django on each server ({workers} workers), wrk {connections} connections for "
     "{asgi_seconds:g} s per view, each request two awaits of warm keys; Python {python}; "
-    "multiples of Django RedisCache on the same view",
+    "multiples of Django RedisCache on the same server and view",
     "faults": "faults: Redis taken away at {faults_at_s:g} s for {faults_outage_s:g} s (silent: "
     "SIGSTOP/SIGCONT; killed: SIGKILL, restarted empty), wrk {faults_connections} connections "
     "for {faults_seconds:g} s, uvicorn ({faults_workers} workers, aget_or_set) and gunicorn "
@@ -176,6 +189,8 @@ def rows(scenario: str, sizes: dict[str, dict], grace: float) -> tuple[list[str]
     columns = COLUMNS[scenario]
     if scenario in ANCHORED:
         header = ["backend", ANCHORED[scenario]]
+        # asgi's "sizes" are its servers (``benchmarks.asgi_matrix``): a column of their own.
+        header = ["server", *header] if scenario == "asgi" else header
     else:
         header = ["implementation"] + (["clients"] if scenario == "scale" else [])
     header += [name for name, _ in columns]
@@ -185,6 +200,7 @@ def rows(scenario: str, sizes: dict[str, dict], grace: float) -> tuple[list[str]
             if scenario in ANCHORED:
                 backend, _, what = impl.partition(" ")
                 cells = [_backend(backend), _view(scenario, what)]
+                cells = [server_label(size), *cells] if scenario == "asgi" else cells
             else:
                 cells = [label(impl, grace)] + ([size] if scenario == "scale" else [])
             row = entry.get("row", {})
@@ -234,13 +250,15 @@ def text_table(header: list[str], body: list[list[str]], labels: int = 1) -> str
 
 def label_columns(scenario: str) -> int:
     """Return how many leading columns of ``scenario``'s table are labels, not figures."""
+    if scenario == "asgi":
+        return 3  # server, backend, view
     return 2 if scenario in ANCHORED else 1
 
 
 def markdown_table(header: list[str], body: list[list[str]], labels: int | None = None) -> str:
     """Return a GitHub Markdown table of the same cells (``labels``: left-aligned columns)."""
     if labels is None:
-        labels = 2 if header[:1] == ["backend"] else 1
+        labels = {"server": 3, "backend": 2}.get(header[0], 1)
     rule = "|".join(["---"] * labels + ["---:"] * (len(header) - labels))
     lines = ["| " + " | ".join(header) + " |", f"|{rule}|"]
     lines += ["| " + " | ".join(cells + [""] * (len(header) - len(cells))) + " |" for cells in body]

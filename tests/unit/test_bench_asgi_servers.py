@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from benchmarks import asgi, asgi_matrix, asgi_pools, asgi_servers, plan
+from benchmarks import asgi, asgi_matrix, asgi_pools, asgi_servers, plan, report
 from stampede.io.factory import ASYNC_POOL_SIZE
 
 URL = "redis://127.0.0.1:1/0"  # never connected: the bounds are read from unopened pools
@@ -96,3 +96,36 @@ def test_rows_carry_the_largest_peak_of_any_repetition_and_the_bound():
 @pytest.mark.parametrize("servers, runnable", [(("uvicorn-asyncio",), 1), ((), 0)])
 def test_the_steps_are_backends_times_repetitions_per_server(servers, runnable):
     assert asgi_matrix.steps(servers, backends=5, repeat=3) == runnable * 15
+
+
+def test_the_servers_are_chosen_on_the_command_line_and_checked():
+    from benchmarks.__main__ import parse, settings_from
+
+    chosen = settings_from(parse(["--quick", "--asgi-servers", "gunicorn-uvicorn,uvicorn-asyncio"]))
+    assert chosen.asgi_servers == ("gunicorn-uvicorn", "uvicorn-asyncio")
+    with pytest.raises(SystemExit, match="unknown ASGI servers"):
+        settings_from(parse(["--asgi-servers", "hypercorn"]))
+
+
+def test_the_asgi_table_has_a_server_column_and_the_bound_beside_the_peak():
+    figures = {"rps": 900.0, "rps_x_django": 1.5, "p50_ms": 40.0, "p99_ms": 120.0}
+    figures |= {"non2xx_total": 0, "socket_errors_total": 0, "peak_connections": 13}
+    figures |= {"pool_bound": "100 x 2", "within_pool_bound": True, "peak_connections_max": 14}
+    figures |= {"cpu_us_req": 900.0, "cpu_x_django": 0.5, "cmds_per_req": 0.2}
+    sizes = {
+        "gunicorn-uvicorn": {
+            "stampede aget": {"row": figures},
+            "django aget": {"row": figures | {"pool_bound": "none", "within_pool_bound": None}},
+            "vcache aget": {"not_run": "not run: django-vcache needs Python 3.12+"},
+        }
+    }
+    header, body = report.rows("asgi", sizes, 1.0)
+    assert header[:3] == ["server", "backend", "view"]
+    peak = header.index("peak Redis conns")
+    assert header[peak + 1 : peak + 3] == ["pool max x workers", "largest peak within"]
+    assert body[0][:3] == ["gunicorn + UvicornWorker", "StampedeCache", "2 x aget"]
+    assert body[0][peak : peak + 3] == ["13", "100 x 2", "yes (14)"]
+    assert body[1][peak + 1 : peak + 3] == ["none", "-"]
+    assert body[2][3].startswith("not run: django-vcache")
+    assert report.label_columns("asgi") == 3
+    assert report.markdown_table(header, body).splitlines()[1].startswith("|---|---|---|---:|")
