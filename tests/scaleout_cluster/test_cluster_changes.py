@@ -1,13 +1,16 @@
 """StampedeCache over django-valkey's ClusterValkeyCache while the cluster changes under load:
 slots resharded live, a primary failed over by hand, a primary killed.
 
-Three spawned app processes of four threads each keep calling ``get_or_set`` over keys on every
-primary, whose values live a second, so they keep expiring and being refilled
-(``tests.django.churn``), before, during and after the change. Each test measures per phase
+Three spawned app processes keep filling keys on every primary, whose values live a second, so
+they keep expiring and being refilled (``tests.django.churn``), before, during and after the
+change: four threads each calling ``get_or_set`` (mode "sync"), or eight tasks on one event loop
+each calling ``aget_or_set`` with a coroutine loader (mode "async": the fills and reads go out on
+the loop's own cluster client, ``stampede.io.async_cluster``). Each test measures per phase
 the loader calls per key per expiry window (1.00: never a second load while a value of the key
 lives), the loads that overlapped another load of their key, the requests that failed and the
 slowest one; then, in the same processes, a cold stampede on a new key, in a slot the change
-touched, must cost exactly one loader call: protection goes on without a restart.
+touched, must cost exactly one loader call (``aget_or_set`` in mode "async"): protection goes on
+without a restart.
 
 Each runs on the "sharded" cluster (Redis >= 7.0, or Valkey when ``STAMPEDE_REDIS_SERVER`` is
 a valkey-server) and on the "plain" one (Redis 6.2): Debian's ``redis-cli`` (6.2 or later)
@@ -30,14 +33,16 @@ from django.core.cache.backends.base import default_key_func
 from redis.cluster import RedisCluster
 
 from stampede.io import deadlines
-from tests.django.churn import Churn, overlapping, phase_figures
+from tests.django.churn import MODES, Churn, overlapping, phase_figures
 from tests.helpers import wait_until
 from tests.scaleout_cluster.clusterserver import ClusterServers, close_cluster
 from tests.scaleout_cluster.django_caches import cluster_caches
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120), pytest.mark.parametrize("mode", MODES)]
 
-PROCESSES, THREADS = 3, 4
+PROCESSES = 3
+#: The callers of each app process, by mode: threads, or tasks of its one event loop.
+CALLERS = {"sync": 4, "async": 8}
 KEYS_PER_PRIMARY = 2
 TIMEOUT = 1.0  # each value's life: the keys keep expiring and being refilled
 LOAD_SECONDS = 0.05
@@ -149,10 +154,12 @@ def slowest_of(keys: list[str], requests: list[tuple[Any, ...]], start: float, e
 
 
 @contextmanager
-def churning(cluster_url: str, keys: list[str], cold_key: str) -> Iterator[Churn]:
-    """Run the app processes over the cluster at ``cluster_url`` (see ``tests.django.churn``)."""
+def churning(cluster_url: str, keys: list[str], cold_key: str, mode: str) -> Iterator[Churn]:
+    """Run the app processes over the cluster at ``cluster_url``, their callers in ``mode``
+    (see ``tests.django.churn``)."""
     setting = cluster_caches(cluster_url, **CACHE_OPTIONS)
-    with Churn(setting, keys, cold_key, TIMEOUT, LOAD_SECONDS, PROCESSES, THREADS) as churn:
+    callers = CALLERS[mode]
+    with Churn(setting, keys, cold_key, TIMEOUT, LOAD_SECONDS, PROCESSES, callers, mode) as churn:
         yield churn
 
 
@@ -214,11 +221,13 @@ def change_under_load(
     keys: list[str],
     cold_key: str,
     change: Callable[[], Any],
+    mode: str,
 ) -> tuple[Churn, float, float, dict[str, int]]:
-    """Run the churn over ``keys`` through ``change()``; return the churn, when the change
-    began and ended, and the redirections the nodes replied from its start to the churn's end
-    (a client meets a moved slot at its next command there, which may come after the change)."""
-    with churning(servers.url, keys, cold_key) as churn:
+    """Run the churn over ``keys``, its callers in ``mode``, through ``change()``; return the
+    churn, when the change began and ended, and the redirections the nodes replied from its
+    start to the churn's end (a client meets a moved slot at its next command there, which may
+    come after the change)."""
+    with churning(servers.url, keys, cold_key, mode) as churn:
         wait_for_refills(client, keys, REFILLS, "before the change")
         resetstat(servers)
         began = time.monotonic()
@@ -252,7 +261,7 @@ def check_change(
 
 
 def test_a_live_reshard_under_load_fails_no_fill_and_loads_each_key_once_per_expiry(
-    cluster, cluster_servers, figure
+    cluster, cluster_servers, figure, mode
 ):
     """Slots move by ``MIGRATE`` under the churn, hot keys' among them, each with its lock and
     meta caught mid-migration: no caller sees an error or waits past its deadline, every
@@ -275,7 +284,7 @@ def test_a_live_reshard_under_load_fails_no_fill_and_loads_each_key_once_per_exp
 
     churn, began, ended, met = change_under_load(
         cluster, cluster_servers, keys, cold_key,
-        lambda: cluster_servers.reshard(source, target, MOVED_SLOTS),
+        lambda: cluster_servers.reshard(source, target, MOVED_SLOTS), mode,
     )  # fmt: skip
 
     now = slot_owners(cluster)
@@ -286,7 +295,7 @@ def test_a_live_reshard_under_load_fails_no_fill_and_loads_each_key_once_per_exp
 
 
 def test_a_manual_failover_under_load_fails_no_fill_and_loads_each_key_once_per_expiry(
-    cluster, cluster_servers, figure
+    cluster, cluster_servers, figure, mode
 ):
     """The primary of a hot key hands over to its replica (``CLUSTER FAILOVER``) under the
     churn: no caller sees an error or waits past its deadline, at most two loads of a key share
@@ -301,7 +310,7 @@ def test_a_manual_failover_under_load_fails_no_fill_and_loads_each_key_once_per_
 
     churn, began, ended, met = change_under_load(
         cluster, cluster_servers, keys, cold_key,
-        lambda: promoted.append(cluster_servers.manual_failover(primary)),
+        lambda: promoted.append(cluster_servers.manual_failover(primary)), mode,
     )  # fmt: skip
 
     assert slot_owners(cluster)[slot] == promoted[0]
@@ -310,7 +319,7 @@ def test_a_manual_failover_under_load_fails_no_fill_and_loads_each_key_once_per_
 
 
 def test_a_killed_primary_under_load_fails_no_fill_and_protection_resumes_after_the_promotion(
-    own_cluster_servers, figure
+    own_cluster_servers, figure, mode
 ):
     """A primary of hot keys is SIGKILLed under the churn; its replica is promoted once the
     node timeout (3 s) passes. Meanwhile fills of its slots load in-process (ON_REDIS_ERROR,
@@ -330,7 +339,7 @@ def test_a_killed_primary_under_load_fails_no_fill_and_protection_resumes_after_
         hot = {client.keyslot(stored_name(key)) for key in keys}
         dead = [key for key in keys if owners[client.keyslot(stored_name(key))] == victim]
         [cold_key] = keys_in(client, {victim: where[victim] - hot}, 1, "cold")
-        with churning(servers.url, keys, cold_key) as churn:
+        with churning(servers.url, keys, cold_key, mode) as churn:
             wait_for_refills(client, keys, REFILLS, "before the kill")
             killed_at = time.monotonic()
             promoted = servers.kill(victim)

@@ -6,7 +6,9 @@ keeps the drop-in promise it keeps over Django's ``RedisCache``.
 - Every call passes through: each scenario of Django's cache API (and django-valkey's own
   names, reached through ``__getattr__``) answers and stores, through the wrapper, what the
   backing cache's own calls answer and store, on the sync side and through the ``a*`` twins
-  (the backing has none: the wrapper runs its sync calls in a worker thread).
+  (the backing has none: the wrapper's reads and fills run on the event loop, on its own
+  cluster client, its writes are the backing's sync calls in a worker thread;
+  ``test_django_cluster_asyncio.py``).
 - Fills are stampede-safe across processes: threads and asyncio tasks of several processes
   load a cold key once, on every primary; so do tagged keys after an invalidation (a tag's
   stamp lives in a slot of its own), pages (``@single_flight``, ``StampedeCacheMiddleware``)
