@@ -44,15 +44,17 @@ def _fake_stampede(directory: Path) -> Path:
     return directory
 
 
-def _unpickle_then_import(entry: bytes, first: str = "") -> subprocess.CompletedProcess:
-    """Run a fresh interpreter whose sys.path holds the working tree, as spawn's does."""
+def _unpickle_then_import(
+    entry: bytes, first: str = "", then: str = "import stampede; print(stampede.__file__)"
+) -> subprocess.CompletedProcess:
+    """Run a fresh interpreter whose sys.path holds the working tree, as spawn's does: run
+    ``first``, unpickle ``entry`` (as ``entry``), then run ``then``."""
     code = (
         "import pickle, sys\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
         f"{first}\n"
-        "pickle.loads(sys.stdin.buffer.read())\n"
-        "import stampede\n"
-        "print(stampede.__file__)\n"
+        "entry = pickle.loads(sys.stdin.buffer.read())\n"
+        f"{then}\n"
     )
     return subprocess.run(
         [sys.executable, "-c", code], input=entry, capture_output=True, cwd=ROOT, timeout=60
@@ -125,16 +127,10 @@ def test_a_revision_that_is_not_a_commit_stops_the_invocation(tmp_path):
 
 def test_a_twins_entry_point_runs_the_function_it_names_only_when_called(tmp_path):
     source = _fake_stampede(tmp_path)
-    entry = pickle.dumps(baseline.FromSource(str(source), "benchmarks.async_calls:child_main"))
-    code = (
-        "import pickle, sys\n"
-        f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "entry = pickle.loads(sys.stdin.buffer.read())\n"
-        "print(entry.entry, 'benchmarks.async_calls' in sys.modules)\n"
-    )
+    entry = baseline.FromSource(str(source), "benchmarks.async_calls:child_main")
 
-    done = subprocess.run(
-        [sys.executable, "-c", code], input=entry, capture_output=True, cwd=ROOT, timeout=60
+    done = _unpickle_then_import(
+        pickle.dumps(entry), then="print(entry.entry, 'benchmarks.async_calls' in sys.modules)"
     )
 
     assert done.returncode == 0, done.stderr.decode()
