@@ -60,7 +60,7 @@ FIGURES: dict[str, list[tuple[str, str, bool, int]]] = {
 FIGURES["scale"] = FIGURES["cold"]
 #: The scenarios whose rows have twins: the classic four, ``async`` and ``asgi``.
 SCENARIOS = tuple(FIGURES)
-LABELS = 4  # scenario, clients, row, figure: the table's left-aligned columns
+LABELS = 4  # scenario, clients or server, row, figure: the left-aligned columns
 
 
 def entries(results: dict[str, dict]) -> list[dict[str, Any]]:
@@ -152,7 +152,7 @@ def verdict(entry: dict[str, Any]) -> str:
 
 def table(found: list[dict[str, Any]], rev: str) -> tuple[list[str], list[list[str]]]:
     """Return (header, rows of cells) of the comparison of ``entries``' ``found``."""
-    header = ["scenario", "clients", "row", "figure", f"@{rev}", "working tree", "change"]
+    header = ["scenario", "clients or server", "row", "figure", f"@{rev}", "working tree", "change"]
     body = []
     for e in found:
         cells = [e["scenario"], e["size"], e["row"], e["figure"]]
