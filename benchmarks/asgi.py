@@ -436,6 +436,7 @@ def run_backend(
         if wrong := baseline.source_problem(files, source):
             raise RuntimeError(f"wrong stampede: {wrong}")
         stampede_from = sorted({os.path.dirname(f["stampede_file"] or "") for f in files} - {""})
+        loop = get_url(f"{site.base}/loop").decode()  # what the server chose, if left to auto
         get_url(f"{site.base}/warm")
         for view in VIEWS:
             url = f"{site.base}/{view}"
@@ -446,6 +447,7 @@ def run_backend(
             )
             figures["worker_pids"] = sorted(pids)
             figures["stampede_from"] = stampede_from
+            figures["loop"] = loop
             out[view] = figures
     except (RuntimeError, OSError, subprocess.TimeoutExpired, ValueError) as exc:
         reason = f"{type(exc).__name__}: {exc}"

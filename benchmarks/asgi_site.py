@@ -13,6 +13,8 @@ wrk counts as a non-2xx response):
   returns the stored value, so even a miss answers right; it is not expected to run);
 - ``/warm``: ``aset`` of both keys, once before the load;
 - ``/pid``: the worker's process id, so the parent knows every worker answers;
+- ``/loop``: the class of the worker's running event loop (``uvloop.Loop``, or asyncio's), so
+  each row records the loop it ran on (a server left to ``auto`` picks it itself);
 - ``/stampede``: the process id and the ``stampede.__file__`` the worker's backend imported
   (nothing after the id: none), so the parent knows which ``stampede`` it serves (``--compare``);
 - ``/fault``, ``/fault_sync``, ``/fault_warm``, ``/fault_warm_sync``: the ``faults`` scenario's
@@ -25,6 +27,7 @@ Django's request handling, the same for every backend.
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import django
@@ -101,11 +104,17 @@ async def stampede_file(request: HttpRequest) -> HttpResponse:
     return HttpResponse(answer.encode(), content_type="text/plain")
 
 
+async def loop(request: HttpRequest) -> HttpResponse:
+    running = type(asyncio.get_running_loop())
+    return HttpResponse(f"{running.__module__}.{running.__qualname__}".encode())
+
+
 urlpatterns = [
     path("aget", two_agets),
     path("aget_or_set", two_aget_or_sets),
     path("warm", warm),
     path("pid", pid),
+    path("loop", loop),
     path("stampede", stampede_file),
     path("fault", fault_views.fault),
     path("fault_sync", fault_views.fault_sync),
