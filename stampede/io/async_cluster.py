@@ -17,7 +17,10 @@ client's, not each node's: simpler, and the most a loop would hold of one node a
 
 Rule: a command caught by a slot's migration is sent again until the migration ends, within
 ``migrating.PATIENCE``, as on the sync side (``migrating.MigrationWait``: the same pauses).
-Its turn is given back during the pause.
+Its turn is given back during the pause. A cluster that cannot be reached fails as on the
+sync side too: ``migrating.ClusterUnreachable``, a ``RedisError`` the outage rules know,
+whether a command or the learning of the slots (``initialize``, which a fill awaits before
+its first read: ``io.clients.learn_slots``) found no node.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Any
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import ClusterError, TryAgainError
 
-from .migrating import MigrationWait
+from .migrating import UNREACHABLE, ClusterUnreachable, MigrationWait
 
 
 class PatientAsyncCluster(AsyncRedisCluster):
@@ -49,7 +52,15 @@ class PatientAsyncCluster(AsyncRedisCluster):
                     return await super().execute_command(*args, **kwargs)
             except (TryAgainError, ClusterError) as error:
                 pause = wait.pause_after(error)
+            except UNREACHABLE as error:
+                raise ClusterUnreachable(str(error)) from error
             await asyncio.sleep(pause)
+
+    async def initialize(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().initialize(*args, **kwargs)
+        except UNREACHABLE as error:
+            raise ClusterUnreachable(str(error)) from error
 
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
         return TurnTakingPipeline(super().pipeline(transaction, shard_hint), self._turns)

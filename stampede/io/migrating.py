@@ -20,6 +20,14 @@ callers waiting for a fill that waits out a migration give up on it no sooner.
 Rule: the other errors keep redis-py's handling: ``-MOVED``/``-ASK`` followed, a dead node's
 connection retried as the client's ``Retry`` says (``factory.cluster_client_from_url``
 bounds it), ``CLUSTERDOWN`` raised once those retries are spent.
+Rule: a cluster that cannot be reached fails as a ``RedisError``. redis-py raises its
+``RedisClusterException`` kinds, which are no ``RedisError``, when no node it knows answers
+(``RedisClusterUnreachableError``: every primary down, or the network) or a slot has no node
+(``SlotNotCoveredError``); the fills' outage rules catch ``RedisError`` only, so those reached
+the callers even with ``ON_REDIS_ERROR="load"`` (measured: ``get_or_set`` and ``aget_or_set``
+raised ``RedisClusterUnreachableError`` with every node stopped). They are raised again as
+``ClusterUnreachable``, a redis-py ``ConnectionError``, from the original. A cluster
+exception of a misused command (keys in several slots) is not an outage, and stays as it is.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from redis import exceptions
 from redis.cluster import RedisCluster
 from redis.exceptions import ClusterError, TryAgainError
 
@@ -34,6 +43,23 @@ from redis.exceptions import ClusterError, TryAgainError
 PATIENCE = 10.0
 _FIRST_PAUSE = 0.01
 _LONGEST_PAUSE = 0.1
+
+
+#: The ``RedisClusterException`` kinds that say the cluster, not the command, failed (those the
+#: installed redis-py has: ``RedisClusterUnreachableError`` is recent).
+UNREACHABLE: tuple[type[Exception], ...] = tuple(
+    kind
+    for kind in (
+        getattr(exceptions, "RedisClusterUnreachableError", None),
+        getattr(exceptions, "SlotNotCoveredError", None),
+    )
+    if kind is not None
+)
+
+
+class ClusterUnreachable(exceptions.ConnectionError):
+    """No node of the cluster answered, or a slot had none: one of ``UNREACHABLE`` (its
+    ``__cause__``), raised as a ``RedisError`` for the outage rules."""
 
 
 def caught_by_a_migration(error: BaseException) -> bool:
@@ -77,4 +103,6 @@ class MigrationPatientCluster(RedisCluster):
                 return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
             except (TryAgainError, ClusterError) as error:
                 pause = wait.pause_after(error)
+            except UNREACHABLE as error:
+                raise ClusterUnreachable(str(error)) from error
             time.sleep(pause)

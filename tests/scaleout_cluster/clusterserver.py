@@ -253,6 +253,13 @@ class ClusterServers:
             _wait(lambda: client.info("replication")["role"] == "master", "the replica's promotion")
         return replica
 
+    def kill_all(self) -> None:
+        """SIGKILL every node: the whole cluster is down, and stays so."""
+        for server in self.servers:
+            assert server.process is not None
+            server.process.kill()
+            server.process.wait(timeout=30)
+
     def stop(self) -> None:
         for server in self.servers:
             server.stop()
