@@ -29,9 +29,9 @@ import asyncio
 from typing import Any
 
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.exceptions import ClusterError, TryAgainError
+from redis.exceptions import ClusterError, RedisClusterException, TryAgainError
 
-from .migrating import UNREACHABLE, ClusterUnreachable, MigrationWait
+from .migrating import MigrationWait, raise_if_unreachable
 
 
 class PatientAsyncCluster(AsyncRedisCluster):
@@ -52,15 +52,17 @@ class PatientAsyncCluster(AsyncRedisCluster):
                     return await super().execute_command(*args, **kwargs)
             except (TryAgainError, ClusterError) as error:
                 pause = wait.pause_after(error)
-            except UNREACHABLE as error:
-                raise ClusterUnreachable(str(error)) from error
+            except RedisClusterException as error:
+                raise_if_unreachable(error)
+                raise
             await asyncio.sleep(pause)
 
     async def initialize(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return await super().initialize(*args, **kwargs)
-        except UNREACHABLE as error:
-            raise ClusterUnreachable(str(error)) from error
+        except RedisClusterException as error:
+            raise_if_unreachable(error)
+            raise
 
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
         return TurnTakingPipeline(super().pipeline(transaction, shard_hint), self._turns)

@@ -23,11 +23,13 @@ bounds it), ``CLUSTERDOWN`` raised once those retries are spent.
 Rule: a cluster that cannot be reached fails as a ``RedisError``. redis-py raises its
 ``RedisClusterException`` kinds, which are no ``RedisError``, when no node it knows answers
 (``RedisClusterUnreachableError``: every primary down, or the network) or a slot has no node
-(``SlotNotCoveredError``); the fills' outage rules catch ``RedisError`` only, so those reached
-the callers even with ``ON_REDIS_ERROR="load"`` (measured: ``get_or_set`` and ``aget_or_set``
-raised ``RedisClusterUnreachableError`` with every node stopped). They are raised again as
-``ClusterUnreachable``, a redis-py ``ConnectionError``, from the original. A cluster
-exception of a misused command (keys in several slots) is not an outage, and stays as it is.
+(``SlotNotCoveredError``; older ones, 5.0 among them, raise a bare ``RedisClusterException``
+saying "Redis Cluster cannot be connected"); the fills' outage rules catch ``RedisError``
+only, so those reached the callers even with ``ON_REDIS_ERROR="load"`` (measured:
+``get_or_set`` and ``aget_or_set`` raised ``RedisClusterUnreachableError`` with every node
+stopped). They are raised again as ``ClusterUnreachable``, a redis-py ``ConnectionError``,
+from the original (``raise_if_unreachable``). A cluster exception of a misused command (keys
+in several slots) is not an outage, and stays as it is.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import Any
 
 from redis import exceptions
 from redis.cluster import RedisCluster
-from redis.exceptions import ClusterError, TryAgainError
+from redis.exceptions import ClusterError, RedisClusterException, TryAgainError
 
 #: How long a command is tried again while its slot migrates (seconds).
 PATIENCE = 10.0
@@ -47,7 +49,7 @@ _LONGEST_PAUSE = 0.1
 
 #: The ``RedisClusterException`` kinds that say the cluster, not the command, failed (those the
 #: installed redis-py has: ``RedisClusterUnreachableError`` is recent).
-UNREACHABLE: tuple[type[Exception], ...] = tuple(
+_UNREACHABLE: tuple[type[Exception], ...] = tuple(
     kind
     for kind in (
         getattr(exceptions, "RedisClusterUnreachableError", None),
@@ -55,11 +57,23 @@ UNREACHABLE: tuple[type[Exception], ...] = tuple(
     )
     if kind is not None
 )
+#: What redis-py before ``RedisClusterUnreachableError`` said, in a bare
+#: ``RedisClusterException``, when no node it knew answered.
+_UNREACHABLE_SAID = "Redis Cluster cannot be connected"
 
 
 class ClusterUnreachable(exceptions.ConnectionError):
-    """No node of the cluster answered, or a slot had none: one of ``UNREACHABLE`` (its
+    """No node of the cluster answered, or a slot had none: redis-py's exception of it (the
     ``__cause__``), raised as a ``RedisError`` for the outage rules."""
+
+
+def raise_if_unreachable(error: RedisClusterException) -> None:
+    """Raise ``ClusterUnreachable`` from ``error`` if it says the cluster could not be reached;
+    return otherwise (a misuse: the caller raises ``error`` as it is)."""
+    if isinstance(error, _UNREACHABLE) or (
+        type(error) is RedisClusterException and str(error).startswith(_UNREACHABLE_SAID)
+    ):
+        raise ClusterUnreachable(str(error)) from error
 
 
 def caught_by_a_migration(error: BaseException) -> bool:
@@ -103,6 +117,7 @@ class MigrationPatientCluster(RedisCluster):
                 return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
             except (TryAgainError, ClusterError) as error:
                 pause = wait.pause_after(error)
-            except UNREACHABLE as error:
-                raise ClusterUnreachable(str(error)) from error
+            except RedisClusterException as error:
+                raise_if_unreachable(error)
+                raise
             time.sleep(pause)

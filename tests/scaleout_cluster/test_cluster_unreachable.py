@@ -5,14 +5,18 @@ With every node down, redis-py's cluster clients raise ``RedisClusterUnreachable
 ``RedisError`` (``stampede.io.migrating.ClusterUnreachable``), so ``ON_REDIS_ERROR="load"``
 answers the loader's value, on the sync side and on the event loop alike, as over one Redis
 that went away. Before, both ``get_or_set`` and ``aget_or_set`` raised it to the caller.
+A cluster exception of a misused command stays as it is.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
 from django.core.cache import caches
+from redis.exceptions import RedisClusterException, SlotNotCoveredError
 
+from stampede.io.migrating import ClusterUnreachable, raise_if_unreachable
 from tests.scaleout_cluster.django_caches import cluster_caches
 
 #: The fills after every node is down: the first meets the dead connections, the next the
@@ -46,3 +50,22 @@ def test_fills_load_in_process_when_no_node_of_the_cluster_answers(settings, own
         assert answers == ["loaded"] * FILLS
     finally:
         caches.close_all()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        SlotNotCoveredError('Slot "12182" is not covered by the cluster.'),
+        # redis-py 5.0's, where it has no RedisClusterUnreachableError
+        RedisClusterException("Redis Cluster cannot be connected. Please provide at least one"),
+    ],
+)
+def test_an_unreachable_cluster_is_raised_as_a_connection_error_from_it(error):
+    with pytest.raises(ClusterUnreachable) as raised:
+        raise_if_unreachable(error)
+    assert raised.value.__cause__ is error
+    assert str(raised.value) == str(error)
+
+
+def test_a_misused_commands_cluster_exception_is_left_to_the_caller():
+    assert raise_if_unreachable(RedisClusterException("No way to dispatch this command")) is None
