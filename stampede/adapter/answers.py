@@ -33,7 +33,10 @@ def older(found: Any, default: Any) -> Any:
 
 def older_many(found: dict[Any, Any]) -> dict[Any, Any]:
     """Return what a ``get_many`` found, entries in the previous format unwrapped."""
-    if not any(type(v) is Envelope or isinstance(v, Failure) for v in found.values()):
+    for v in found.values():  # a loop, not any() of a generator: on every get_many
+        if type(v) is Envelope or isinstance(v, Failure):
+            break
+    else:
         return found
     values = ((k, unwrap(v, MISSING)) for k, v in found.items())
     return {k: v for k, v in values if v is not MISSING}
@@ -41,9 +44,12 @@ def older_many(found: dict[Any, Any]) -> dict[Any, Any]:
 
 def by_key(named: dict[Any, Any], records: dict[Any, Any]) -> dict[Any, Any]:
     """Return ``get_many``'s answer from records read by full key (``named``: full -> key)."""
-    found = ((key, records.get(full, MISSING)) for full, key in named.items())
-    values = ((key, unwrap(record, MISSING)) for key, record in found)
-    return {key: value for key, value in values if value is not MISSING}
+    answer = {}
+    for full, key in named.items():  # a loop, not generators: on every near get_many
+        record = records.get(full, MISSING)
+        if record is not MISSING and not isinstance(record, Failure):
+            answer[key] = value_of(record)
+    return answer
 
 
 def raised(error: Exception | None, answer: Any) -> Any:

@@ -90,6 +90,15 @@ class AsyncCacheMethods:
         return answers.older(await backend.aget(key, default, version, *args, **kwargs), default)
 
     async def aget_many(self, keys, version=None, *args, **kwargs) -> dict[Any, Any]:
+        # unasync: async only
+        near = None if args or kwargs else self.near
+        if near is not None:  # copies of every key are served before any per-loop lookup
+            keys = list(keys)  # read twice if Redis fails: here, and by the wrapped cache
+            named = {self._key(key, version).full: key for key in keys}
+            found, missing = near.split(list(named))
+            if not missing:
+                return answers.by_key(named, found)
+        # unasync: end
         reads = None if args or kwargs else self._anear_reads()
         if reads is not None:
             keys = list(keys)  # read twice if Redis fails: here, and by the wrapped cache
