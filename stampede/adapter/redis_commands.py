@@ -73,12 +73,17 @@ class BuiltinRedisCommands:
         return default if raw is None else self.loads(raw)
 
     async def aget_many(self, keys: Any, version: Any = None) -> dict[Any, Any]:
-        by_full = {self._full(key, version): key for key in keys}
+        name = self.key
+        by_full = {name(key, version).full: key for key in keys}
         if not by_full:
             return {}
         fulls = list(by_full)
-        found = zip(fulls, await self.reads.get_many(fulls), strict=True)
-        return {by_full[full]: self.loads(raw) for full, raw in found if raw is not None}
+        raws = await self.reads.get_many(fulls)
+        loads, found = self.loads, {}
+        for full, raw in zip(fulls, raws, strict=True):  # a loop: on every get_many
+            if raw is not None:
+                found[by_full[full]] = loads(raw)
+        return found
 
     async def ahas_key(self, key: Any, version: Any = None) -> bool:
         return bool(await self.reads.exists(self._full(key, version)))

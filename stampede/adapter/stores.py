@@ -363,6 +363,9 @@ def async_near_reads(
     if near is None:
         return None
     kept = loop_state().near_reads
+    found = kept.get(id(settings))  # on every call: no closure built where one is kept
+    if found is not None and found[0] is settings:
+        return found[1]
     return _kept(kept, id(settings), settings, lambda: _near_reads_on_loop(store, near))
 
 
@@ -382,6 +385,9 @@ def native_commands(settings: CacheSettings, store: Store) -> Any:
     or django-redis's (``DefaultClient``) with one server, or a pool with no asyncio twin
     (Sentinel-managed). One per loop and settings."""
     calls = loop_state().native_commands
+    found = calls.get(id(settings))  # on every call: no closure built where one is kept
+    if found is not None and found[0] is settings:
+        return found[1]
     return _kept(calls, id(settings), settings, lambda: _native_commands(settings, store))
 
 
