@@ -21,6 +21,7 @@ from stampede import DontCache, Filler, FillOptions, RedisStore, ReentrantLoad, 
 from stampede.core import events
 from stampede.core.keys import CacheKey, done_channel, lock_key
 from stampede.core.wakeup import RELEASED
+from stampede.fill._sync import local
 from stampede.io import scripts
 from tests.aio import workers as aio_workers
 from tests.helpers import call_together, run_concurrently, subscribers, wait_until
@@ -312,6 +313,36 @@ def test_followers_past_their_deadline_time_out_when_the_leader_starts_its_locke
     # Their deadline passed while the leader waited: they did not apply on_timeout then, only
     # once it loaded under the lock.
     assert min(finished for _, finished in got) > released_at
+
+
+@pytest.mark.parametrize("locked", [True, False], ids=["under-the-lock", "after-a-wait"])
+def test_every_follower_of_a_settled_flight_returns_woken_a_few_at_a_time(redis, locked):
+    # A settlement wakes a few followers, each the next as it leaves (``local.WAKE_AT_ONCE``):
+    # none may be left waiting, whether they waited with a deadline (the leader loads under
+    # the lock) or without one (it waits for another process first).
+    followers = 3 * local.WAKE_AT_ONCE + 1
+    if not locked:
+        hold_lock(redis, "k", 120)
+    filler = Filler(RedisStore(redis), FillOptions(wait_timeout=60))
+    loads: list[int] = []
+
+    def load() -> list:
+        joined.wait_for(followers)
+        loads.append(1)
+        return ["loaded"]
+
+    with arrivals("k") as joined, ThreadPoolExecutor(followers + 1) as pool:
+        leader = pool.submit(filler.get_or_load, "k", load, timeout=60)
+        if not locked:
+            wait_until(lambda: subscribers(redis, "k") == 1, "the leader waits for the lock")
+        waiting = [pool.submit(filler.get_or_load, "k", load, timeout=60) for _ in range(followers)]
+        if not locked:
+            joined.wait_for(followers)
+            release_lock(redis, "k")  # the leader takes the lock and loads
+        got = [leader.result(60)] + [follower.result(60) for follower in waiting]
+
+    assert loads == [1]
+    assert all(value is got[0] for value in got)
 
 
 def test_followers_of_a_slow_holder_time_out_at_their_wait_timeout(redis):

@@ -13,6 +13,13 @@ slow holder exactly as a waiter in another process does. While the leader waits 
 process's fill, or loads without the lock (a fallback), its followers wait for its answer: the
 leader is bounded by ``wait_timeout`` itself, and its ``on_timeout`` or ``on_redis_error``
 result is theirs.
+
+Rule: a settlement wakes a few followers (``WAKE_AT_ONCE``), and each wakes the next as it
+leaves, whichever way it leaves; so they run in the order they arrived, a few at a time, instead
+of all fifty contending at once for the GIL and the group's lock (``python -m
+benchmarks.wakeups``). A phase change wakes nobody: a follower with a deadline waits until it,
+and only those already past it wait for the leader's lock without a limit, and are woken when
+it is taken (``Flight.overdue``).
 """
 
 from __future__ import annotations
@@ -27,17 +34,23 @@ from ...core import events, process
 from ...core.flight import follower_wait
 from ...core.missing import MISSING
 
+#: How many followers a settlement wakes at once; each wakes one more as it leaves. One at a
+#: time is a chain of wake-ups, each waiting for a core; all at once, a convoy on the GIL
+#: (``python -m benchmarks.wakeups --herd``).
+WAKE_AT_ONCE = 4
+
 
 class Flight:
     """One in-progress load of one key in this process."""
 
-    __slots__ = ("changed", "error", "locked", "settled", "value")
+    __slots__ = ("changed", "error", "locked", "overdue", "settled", "value")
 
     def __init__(self) -> None:
         # Made only when a follower arrives: most flights (every plain hit) have none. Built on
         # the group's lock, it tells the followers of a settlement and of a phase change.
         self.changed: threading.Condition | None = None
         self.locked = False  # the leader runs the loader under the lock (see follower_wait)
+        self.overdue = 0  # followers past their own deadline, waiting for the lock (``_mark``)
         self.settled = False
         self.value: Any = MISSING
         self.error: BaseException | None = None
@@ -94,18 +107,37 @@ class FlightGroup:
         arrived = time.monotonic()
         events.emit("coalesced", key=getattr(key, "full", key))  # a MarkedKey's name
         deadline = None if follow_timeout is None else arrived + follow_timeout
-        with self._lock:
-            changed = found.changed
-            assert changed is not None
-            while not found.settled:
-                wait = follower_wait(found.locked, deadline, time.monotonic())
-                if wait == 0:
-                    break
-                changed.wait(wait)
-            settled = found.settled
+        settled = self._follow(found, deadline)
         if not settled:
             return on_follow_timeout(time.monotonic() - arrived)
         return found.result()
+
+    def _follow(self, flight: Flight, deadline: float | None) -> bool:
+        """Wait for ``flight`` to settle; return False if the follower's time-out ran out first.
+
+        Whichever way a follower leaves a settled flight, it wakes the next (see the rule).
+        """
+        with self._lock:
+            changed = flight.changed
+            assert changed is not None
+            try:
+                while not flight.settled:
+                    now = time.monotonic()
+                    wait = follower_wait(flight.locked, deadline, now)
+                    if wait == 0:
+                        break
+                    overdue = wait is None and deadline is not None and now >= deadline
+                    if wait is None and deadline is not None and not overdue:
+                        wait = deadline - now  # looks again then, locked or not: see ``_mark``
+                    flight.overdue += overdue
+                    try:
+                        changed.wait(wait)
+                    finally:
+                        flight.overdue -= overdue
+            finally:
+                if flight.settled:
+                    changed.notify()  # the next follower in line
+            return flight.settled
 
     def _lead(
         self,
@@ -130,7 +162,8 @@ class FlightGroup:
             if flight.locked is locked:
                 return
             flight.locked = locked
-            if flight.changed is not None:
+            if locked and flight.overdue:
+                assert flight.changed is not None
                 flight.changed.notify_all()
 
     def _settle(
@@ -145,7 +178,7 @@ class FlightGroup:
             if self._flights.get(key) is flight:
                 del self._flights[key]
             if flight.changed is not None:
-                flight.changed.notify_all()
+                flight.changed.notify(WAKE_AT_ONCE)  # each wakes the next as it leaves
 
     def __len__(self) -> int:
         return len(self._flights)
