@@ -231,6 +231,47 @@ class ClusterServers:
         self.wait_until_ok()
         return done.stdout
 
+    def migrates_slots_atomically(self) -> bool:
+        """Return True if the nodes have Valkey 9's atomic slot migration
+        (``CLUSTER MIGRATESLOTS``): a slot's keys are copied in the background and the slot
+        changes hands in one step, no ``ASK`` nor ``TRYAGAIN`` on the way."""
+        with self.client(self.ports[0]) as client:
+            try:
+                client.execute_command("CLUSTER GETSLOTMIGRATIONS")
+            except redis_py.ResponseError:  # an unknown subcommand
+                return False
+        return True
+
+    def migrate_slots(self, source_port: int, target_port: int, slots: list[int]) -> None:
+        """Move ``slots`` from the primary at ``source_port`` to the one at ``target_port`` by
+        ``CLUSTER MIGRATESLOTS`` (atomic slot migration), while the cluster serves; return
+        once the target owns every one of them (raise if the source reports the job failed)."""
+        target = self.node_id(target_port)
+        command: list[Any] = ["CLUSTER", "MIGRATESLOTS"]
+        for first, last in _ranges(slots):
+            command += ["SLOTSRANGE", first, last, "NODE", target]
+        with self.client(source_port) as source:
+            source.execute_command(*command)
+
+            def moved() -> bool:
+                jobs = [
+                    _as_dict(job) for job in source.execute_command("CLUSTER GETSLOTMIGRATIONS")
+                ]
+                failed = [job for job in jobs if job[b"state"] in (b"failed", b"cancelled")]
+                if failed:
+                    raise RuntimeError(f"CLUSTER MIGRATESLOTS failed: {failed}")
+                owners = dict(_slot_owners(source.execute_command("CLUSTER SLOTS")))
+                return all(
+                    any(
+                        first <= slot <= last and port == target_port
+                        for (first, last), port in owners.items()
+                    )
+                    for slot in slots
+                )
+
+            _wait(moved, "the atomic slot migration", 300)
+        self.wait_until_ok()
+
     def manual_failover(self, primary_port: int) -> int:
         """Have a replica of ``primary_port`` take over with ``CLUSTER FAILOVER`` (the old
         primary hands over once the replica has caught up); return the new primary's port."""
@@ -308,6 +349,17 @@ def _slot_owners(slots) -> list:
     if isinstance(slots, dict):  # redis-py's parsed form: {(start, end): {"primary": ...}}
         return sorted((tuple(span), int(owner["primary"][1])) for span, owner in slots.items())
     return sorted(((int(row[0]), int(row[1])), int(row[2][1])) for row in slots)
+
+
+def _ranges(slots: list[int]) -> list[tuple[int, int]]:
+    """The runs of consecutive slots in ``slots``, as (first, last) pairs."""
+    ranges: list[tuple[int, int]] = []
+    for slot in sorted(slots):
+        if ranges and ranges[-1][1] == slot - 1:
+            ranges[-1] = (ranges[-1][0], slot)
+        else:
+            ranges.append((slot, slot))
+    return ranges
 
 
 def _is_free(port: int) -> bool:

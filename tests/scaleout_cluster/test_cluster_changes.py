@@ -1,5 +1,6 @@
 """StampedeCache over django-valkey's ClusterValkeyCache while the cluster changes under load:
-slots resharded live, a primary failed over by hand, a primary killed.
+slots resharded live (by ``MIGRATE``, and on Valkey 9 also by its atomic slot migration), a
+primary failed over by hand, a primary killed.
 
 Three spawned app processes keep filling keys on every primary, whose values live a second, so
 they keep expiring and being refilled (``tests.django.churn``), before, during and after the
@@ -14,7 +15,8 @@ without a restart.
 
 Each runs on the "sharded" cluster (Redis >= 7.0, or Valkey when ``STAMPEDE_REDIS_SERVER`` is
 a valkey-server) and on the "plain" one (Redis 6.2): Debian's ``redis-cli`` (6.2 or later)
-reshards both. Phases are timed by the test; it waits for refills it sees in the cluster (a
+reshards both; ``CLUSTER MIGRATESLOTS`` runs where the server has it (Valkey 9: CI's Valkey
+leg). Phases are timed by the test; it waits for refills it sees in the cluster (a
 new value of every key), never for a fixed time.
 """
 
@@ -260,6 +262,15 @@ def check_change(
     return during
 
 
+def load_ballast(client: RedisCluster, keys: list[str]) -> None:
+    """Put ``BALLAST`` keys in the slot of each of ``keys``, so that moving it takes a while."""
+    for key in keys:
+        tag = "{" + stored_name(key) + "}"
+        for first in range(0, BALLAST, 10_000):
+            names = (f"{tag}:ballast:{n}" for n in range(first, min(first + 10_000, BALLAST)))
+            client.mset(dict.fromkeys(names, b"x" * 64))
+
+
 def test_a_live_reshard_under_load_fails_no_fill_and_loads_each_key_once_per_expiry(
     cluster, cluster_servers, figure, mode
 ):
@@ -274,11 +285,7 @@ def test_a_live_reshard_under_load_fails_no_fill_and_loads_each_key_once_per_exp
     where[source] = set(moved)
     keys = keys_in(cluster, where, KEYS_PER_PRIMARY, "page")
     moving = [key for key in keys if cluster.keyslot(stored_name(key)) in where[source]]
-    for key in moving:
-        tag = "{" + stored_name(key) + "}"
-        for first in range(0, BALLAST, 10_000):
-            names = (f"{tag}:ballast:{n}" for n in range(first, min(first + 10_000, BALLAST)))
-            cluster.mset(dict.fromkeys(names, b"x" * 64))
+    load_ballast(cluster, moving)
     hot = {cluster.keyslot(stored_name(key)) for key in keys}
     [cold_key] = keys_in(cluster, {source: set(moved) - hot}, 1, "cold")
 
@@ -291,6 +298,36 @@ def test_a_live_reshard_under_load_fails_no_fill_and_loads_each_key_once_per_exp
     assert {now[cluster.keyslot(stored_name(key))] for key in moving} == {target}
     # The churn met its hot keys' slots half-moved: redirected (ASK), told to retry (TRYAGAIN).
     assert met["ASK"] > 0 and met["TRYAGAIN"] > 0, met
+    check_change(figure, churn, keys, began, ended, met)
+
+
+def test_an_atomic_slot_migration_under_load_fails_no_fill_and_loads_each_key_once_per_expiry(
+    cluster, cluster_servers, figure, mode
+):
+    """Valkey 9's atomic slot migration (``CLUSTER MIGRATESLOTS``) moves slots, hot keys'
+    among them with their ballast, under the churn: the slot changes hands in one step once its
+    keys are copied, and the clients follow its ``MOVED``; no caller sees an error or waits
+    past its deadline, and at most two loads of a key share an expiry window."""
+    if not cluster_servers.migrates_slots_atomically():
+        pytest.skip("this server has no atomic slot migration (Valkey 9's CLUSTER MIGRATESLOTS)")
+    owners = slot_owners(cluster)
+    source, target = sorted(set(owners.values()))[-2:]
+    moved = sorted(slot for slot, port in owners.items() if port == source)[:MOVED_SLOTS]
+    where = {port: {s for s, p in owners.items() if p == port} for port in set(owners.values())}
+    where[source] = set(moved)
+    keys = keys_in(cluster, where, KEYS_PER_PRIMARY, "atomic")
+    moving = [key for key in keys if cluster.keyslot(stored_name(key)) in where[source]]
+    load_ballast(cluster, moving)
+    hot = {cluster.keyslot(stored_name(key)) for key in keys}
+    [cold_key] = keys_in(cluster, {source: set(moved) - hot}, 1, "cold-atomic")
+
+    churn, began, ended, met = change_under_load(
+        cluster, cluster_servers, keys, cold_key,
+        lambda: cluster_servers.migrate_slots(source, target, moved), mode,
+    )  # fmt: skip
+
+    now = slot_owners(cluster)
+    assert {now[cluster.keyslot(stored_name(key))] for key in moving} == {target}
     check_change(figure, churn, keys, began, ended, met)
 
 
