@@ -8,7 +8,7 @@ spend between "the value is here" and "the last caller has it", on this machine.
 How they are woken (``--order``): ``all`` notifies every thread at once (``notify_all``: all
 runnable together, contending for the GIL and for the condition's lock); ``chainN`` wakes N,
 and each woken thread wakes the next as it leaves (``notify(1)``), so that they run in the
-order they arrived, N at a time (``chain`` is ``chain1``; ``chain4`` is what a flight's
+order they arrived, N at a time (``chain`` is ``chain1``; ``chain16`` is what a flight's
 followers do, ``fill/_sync/local.py``).
 
 ``--herd``: the cold scenario's shape without Redis. P processes (spawned, as the benchmark's)
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", default="10,50,200", help="comma-separated thread counts")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument(
-        "--order", default="all,chain,chain4", help="comma-separated, of all, chain, chainN"
+        "--order", default="all,chain,chain4,chain16", help="comma-separated, of all, chain, chainN"
     )
     parser.add_argument("--herd", action="store_true", help="the cold scenario's shape")
     parser.add_argument("--processes", type=int, default=4, help="--herd: processes")

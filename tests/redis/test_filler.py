@@ -320,7 +320,7 @@ def test_every_follower_of_a_settled_flight_returns_woken_a_few_at_a_time(redis,
     # A settlement wakes a few followers, each the next as it leaves (``local.WAKE_AT_ONCE``):
     # none may be left waiting, whether they waited with a deadline (the leader loads under
     # the lock) or without one (it waits for another process first).
-    followers = 3 * local.WAKE_AT_ONCE + 1
+    followers = 2 * local.WAKE_AT_ONCE + 1
     if not locked:
         hold_lock(redis, "k", 120)
     filler = Filler(RedisStore(redis), FillOptions(wait_timeout=60))
