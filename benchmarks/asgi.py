@@ -302,6 +302,46 @@ def cpu_seconds(processes: list[Any]) -> dict[int, float]:
     return times
 
 
+class ClientsPerWorker:
+    """A thread that counts, halfway through a measured run, the client connections each
+    worker process holds (TCP, established, on the site's listening port)."""
+
+    def __init__(self, workers: list[Any], seconds: float) -> None:
+        self.counts: list[int] = []
+        self._workers = workers
+        self._stop = threading.Event()
+        self._seconds = seconds
+        self._thread = threading.Thread(target=self._run, name="clients-per-worker", daemon=True)
+
+    def _run(self) -> None:
+        import psutil
+
+        if self._stop.wait(self._seconds / 2):
+            return
+        counts = []
+        for process in self._workers:
+            with contextlib.suppress(psutil.Error):
+                listening = {
+                    c.laddr.port for c in process.net_connections("tcp") if c.status == "LISTEN"
+                }
+                counts.append(
+                    sum(
+                        1
+                        for c in process.net_connections("tcp")
+                        if c.status == "ESTABLISHED" and c.laddr.port in listening
+                    )
+                )
+        self.counts = sorted(counts, reverse=True)
+
+    def __enter__(self) -> ClientsPerWorker:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 class ConnectionSampler:
     """A thread that keeps the peak number of Redis connections other than the harness's."""
 
@@ -371,9 +411,10 @@ def measure_view(
     workers = site.worker_processes(pids)
     client.config_resetstat()
     before = cpu_seconds(workers)
-    with ConnectionSampler(redis_url) as sampler:
+    with ConnectionSampler(redis_url) as sampler, ClientsPerWorker(workers, seconds) as held:
         report = run_wrk(f"{site.base}/{view}", connections, seconds, threads=wrk_threads())
     after = cpu_seconds(workers)
+    by_worker = sorted((after[pid] - before[pid] for pid in after if pid in before), reverse=True)
     _, cmds = commands(command_counts(client))
     figures = parse_wrk(report)
     requests = figures["requests"]
@@ -385,6 +426,12 @@ def measure_view(
         workers_alive=len(after),
         app_cpu_s=cpu,
         cpu_us_req=cpu / requests * 1e6 if requests else math.nan,
+        # How evenly the workers shared the load: each one's CPU seconds, and the wrk
+        # connections each held halfway through (the kernel hands a new connection to
+        # whichever worker accepts first; a worker whose loop never waits on I/O may take
+        # more than its share, and its connections wait behind one another).
+        worker_cpu_s=by_worker,
+        worker_clients=held.counts,
         peak_connections=sampler.peak,
         connection_samples=sampler.samples,
         cmds=cmds,
