@@ -27,6 +27,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -262,6 +263,39 @@ def check_change(
     return during
 
 
+@dataclass(frozen=True)
+class SlotsToMove:
+    """The slots a test moves from one primary to another, and the keys churned over them."""
+
+    source: int  # the primaries' ports
+    target: int
+    slots: list[int]  # the lowest ``MOVED_SLOTS`` of the source
+    keys: list[str]  # the churned keys, on every primary, some in ``slots``
+    moving: list[str]  # those of ``keys`` in ``slots``, each slot with its ballast
+    cold_key: str  # a key in ``slots``, away from the churned ones
+
+    @classmethod
+    def chosen(cls, client: RedisCluster, *, first_primaries: bool, prefix: str) -> SlotsToMove:
+        """Choose them: from the first primary (by port) to the second, or from the last to
+        the one before it; put the ballast in the moving keys' slots."""
+        owners = slot_owners(client)
+        ports = sorted(set(owners.values()))
+        source, target = ports[:2] if first_primaries else ports[-2:]
+        slots = sorted(slot for slot, port in owners.items() if port == source)[:MOVED_SLOTS]
+        where = {port: {s for s, p in owners.items() if p == port} for port in ports}
+        where[source] = set(slots)
+        keys = keys_in(client, where, KEYS_PER_PRIMARY, prefix)
+        moving = [key for key in keys if client.keyslot(stored_name(key)) in where[source]]
+        load_ballast(client, moving)
+        hot = {client.keyslot(stored_name(key)) for key in keys}
+        [cold_key] = keys_in(client, {source: set(slots) - hot}, 1, f"cold-{prefix}")
+        return cls(source, target, slots, keys, moving, cold_key)
+
+    def check_moved(self, client: RedisCluster) -> None:
+        now = slot_owners(client)
+        assert {now[client.keyslot(stored_name(key))] for key in self.moving} == {self.target}
+
+
 def load_ballast(client: RedisCluster, keys: list[str]) -> None:
     """Put ``BALLAST`` keys in the slot of each of ``keys``, so that moving it takes a while."""
     for key in keys:
@@ -278,27 +312,17 @@ def test_a_live_reshard_under_load_fails_no_fill_and_loads_each_key_once_per_exp
     meta caught mid-migration: no caller sees an error or waits past its deadline, every
     redirection is followed within the call, and at most two loads of a key share an expiry
     window while they move."""
-    owners = slot_owners(cluster)
-    source, target = sorted(set(owners.values()))[:2]
-    moved = sorted(slot for slot, port in owners.items() if port == source)[:MOVED_SLOTS]
-    where = {port: {s for s, p in owners.items() if p == port} for port in set(owners.values())}
-    where[source] = set(moved)
-    keys = keys_in(cluster, where, KEYS_PER_PRIMARY, "page")
-    moving = [key for key in keys if cluster.keyslot(stored_name(key)) in where[source]]
-    load_ballast(cluster, moving)
-    hot = {cluster.keyslot(stored_name(key)) for key in keys}
-    [cold_key] = keys_in(cluster, {source: set(moved) - hot}, 1, "cold")
+    move = SlotsToMove.chosen(cluster, first_primaries=True, prefix="page")
 
     churn, began, ended, met = change_under_load(
-        cluster, cluster_servers, keys, cold_key,
-        lambda: cluster_servers.reshard(source, target, MOVED_SLOTS), mode,
+        cluster, cluster_servers, move.keys, move.cold_key,
+        lambda: cluster_servers.reshard(move.source, move.target, MOVED_SLOTS), mode,
     )  # fmt: skip
 
-    now = slot_owners(cluster)
-    assert {now[cluster.keyslot(stored_name(key))] for key in moving} == {target}
+    move.check_moved(cluster)
     # The churn met its hot keys' slots half-moved: redirected (ASK), told to retry (TRYAGAIN).
     assert met["ASK"] > 0 and met["TRYAGAIN"] > 0, met
-    check_change(figure, churn, keys, began, ended, met)
+    check_change(figure, churn, move.keys, began, ended, met)
 
 
 def test_an_atomic_slot_migration_under_load_fails_no_fill_and_loads_each_key_once_per_expiry(
@@ -310,25 +334,15 @@ def test_an_atomic_slot_migration_under_load_fails_no_fill_and_loads_each_key_on
     past its deadline, and at most two loads of a key share an expiry window."""
     if not cluster_servers.migrates_slots_atomically():
         pytest.skip("this server has no atomic slot migration (Valkey 9's CLUSTER MIGRATESLOTS)")
-    owners = slot_owners(cluster)
-    source, target = sorted(set(owners.values()))[-2:]
-    moved = sorted(slot for slot, port in owners.items() if port == source)[:MOVED_SLOTS]
-    where = {port: {s for s, p in owners.items() if p == port} for port in set(owners.values())}
-    where[source] = set(moved)
-    keys = keys_in(cluster, where, KEYS_PER_PRIMARY, "atomic")
-    moving = [key for key in keys if cluster.keyslot(stored_name(key)) in where[source]]
-    load_ballast(cluster, moving)
-    hot = {cluster.keyslot(stored_name(key)) for key in keys}
-    [cold_key] = keys_in(cluster, {source: set(moved) - hot}, 1, "cold-atomic")
+    move = SlotsToMove.chosen(cluster, first_primaries=False, prefix="atomic")
 
     churn, began, ended, met = change_under_load(
-        cluster, cluster_servers, keys, cold_key,
-        lambda: cluster_servers.migrate_slots(source, target, moved), mode,
+        cluster, cluster_servers, move.keys, move.cold_key,
+        lambda: cluster_servers.migrate_slots(move.source, move.target, move.slots), mode,
     )  # fmt: skip
 
-    now = slot_owners(cluster)
-    assert {now[cluster.keyslot(stored_name(key))] for key in moving} == {target}
-    check_change(figure, churn, keys, began, ended, met)
+    move.check_moved(cluster)
+    check_change(figure, churn, move.keys, began, ended, met)
 
 
 def test_a_manual_failover_under_load_fails_no_fill_and_loads_each_key_once_per_expiry(
