@@ -93,10 +93,12 @@ def _kept(
     kept: dict[Any, tuple[CacheSettings, Any]],
     key: Any,
     settings: CacheSettings,
-    build: Callable[[], Any],
+    build: Callable[..., Any],
+    *args: Any,
 ) -> Any:
     """Return what ``kept`` holds under ``key`` for ``settings`` (that very object), built by
-    ``build()`` the first time.
+    ``build(*args)`` the first time (its arguments given, not a closure: hot calls ask on
+    every call, and building a closure each time cost more than the lookup).
 
     Keys hold the settings' id: the entry keeps its settings alive, so the id is never
     reused while the entry stands, and settings parsed anew (changed) get entries of their own.
@@ -104,7 +106,7 @@ def _kept(
     found = kept.get(key)
     if found is not None and found[0] is settings:
         return found[1]
-    built = build()
+    built = build(*args)
     with _stores_lock:
         found = kept.get(key)
         if found is None or found[0] is not settings:
@@ -321,7 +323,7 @@ def async_filler(settings: CacheSettings, store: Store, near: NearReads | None) 
     if isinstance(store, BackendStore):
         return _async_filler(settings, store, near)
     fillers = loop_state().fillers
-    return _kept(fillers, id(settings), settings, lambda: _async_filler(settings, store, near))
+    return _kept(fillers, id(settings), settings, _async_filler, settings, store, near)
 
 
 def _async_filler(settings: CacheSettings, store: Store, near: NearReads | None) -> Any:
@@ -363,10 +365,7 @@ def async_near_reads(
     if near is None:
         return None
     kept = loop_state().near_reads
-    found = kept.get(id(settings))  # on every call: no closure built where one is kept
-    if found is not None and found[0] is settings:
-        return found[1]
-    return _kept(kept, id(settings), settings, lambda: _near_reads_on_loop(store, near))
+    return _kept(kept, id(settings), settings, _near_reads_on_loop, store, near)
 
 
 def _near_reads_on_loop(store: Store, near: NearReads) -> NearReadsOnLoop | None:
@@ -385,10 +384,7 @@ def native_commands(settings: CacheSettings, store: Store) -> Any:
     or django-redis's (``DefaultClient``) with one server, or a pool with no asyncio twin
     (Sentinel-managed). One per loop and settings."""
     calls = loop_state().native_commands
-    found = calls.get(id(settings))  # on every call: no closure built where one is kept
-    if found is not None and found[0] is settings:
-        return found[1]
-    return _kept(calls, id(settings), settings, lambda: _native_commands(settings, store))
+    return _kept(calls, id(settings), settings, _native_commands, settings, store)
 
 
 def _native_commands(settings: CacheSettings, store: Store) -> Any:
