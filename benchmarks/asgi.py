@@ -14,6 +14,8 @@ each of them). During the measured run:
 - a thread samples ``CLIENT LIST`` every ``SAMPLE_S`` on its own connection (named
   ``HARNESS``, and not counted) and keeps the largest number of other connections: the peak
   Redis connections of the site;
+- it starts only once the workers have settled (``wait_until_settled``: their CPU time has
+  stopped growing, so the requests the warm-up's wrk left in flight are done);
 - the CPU time (user + system) of uvicorn's worker processes is read with psutil before and
   after; the difference divided by the requests is the app CPU per request;
 - ``INFO commandstats`` after ``CONFIG RESETSTAT`` gives the Redis commands per request.
@@ -290,6 +292,47 @@ class Site:
         self.log.close()
 
 
+#: The workers count as settled once their CPU time grew by at most ``SETTLED_CPU_S`` over
+#: ``SETTLED_WINDOW_S`` (one 10 ms clock tick: 3 % of one core), and a run waits at most
+#: ``SETTLE_LIMIT_S``.
+SETTLED_CPU_S = 0.015
+SETTLED_WINDOW_S = 0.5
+SETTLE_LIMIT_S = 20.0
+SETTLE_POLL_S = 0.05
+
+
+def wait_until_settled(
+    processes: list[Any],
+    *,
+    cpu_s: float = SETTLED_CPU_S,
+    window_s: float = SETTLED_WINDOW_S,
+    limit_s: float = SETTLE_LIMIT_S,
+) -> tuple[float, bool]:
+    """Wait until ``processes`` have finished what an earlier load left them (their CPU time
+    grew by at most ``cpu_s`` over the last ``window_s``); return the seconds waited and
+    whether they settled within ``limit_s``.
+
+    wrk ends a run by closing its connections with requests in flight, and the workers then
+    finish or abandon those requests. A measured run started at once overlaps that: its new
+    connections' first requests queue behind the old ones, and under uvloop some waited up
+    to 2 s (p99 920 ms against 155 ms after a 0.5 s pause, one worker, 150 connections).
+    So each measured run starts once the workers' CPU time stops growing, which is also what
+    keeps the previous run's CPU out of this one's CPU per request.
+    """
+    started = time.monotonic()
+    samples = [(started, sum(cpu_seconds(processes).values()))]
+    while samples[-1][0] - started < limit_s:
+        time.sleep(SETTLE_POLL_S)
+        now = time.monotonic()
+        samples.append((now, sum(cpu_seconds(processes).values())))
+        if now - started < window_s:
+            continue
+        window_start = next(cpu for at, cpu in samples if now - at <= window_s)
+        if samples[-1][1] - window_start <= cpu_s:
+            return now - started, True
+    return time.monotonic() - started, False
+
+
 def cpu_seconds(processes: list[Any]) -> dict[int, float]:
     """Return each live process's CPU time so far (user + system, children not included)."""
     import psutil
@@ -409,6 +452,7 @@ def measure_view(
     from .runner import command_counts
 
     workers = site.worker_processes(pids)
+    settle_s, settled = wait_until_settled(workers)
     client.config_resetstat()
     before = cpu_seconds(workers)
     with ConnectionSampler(redis_url) as sampler, ClientsPerWorker(workers, seconds) as held:
@@ -432,6 +476,8 @@ def measure_view(
         # more than its share, and its connections wait behind one another).
         worker_cpu_s=by_worker,
         worker_clients=held.counts,
+        settle_s=settle_s,
+        settled=settled,
         peak_connections=sampler.peak,
         connection_samples=sampler.samples,
         cmds=cmds,

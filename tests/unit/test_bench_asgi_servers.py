@@ -1,11 +1,14 @@
 """The asgi scenario's servers and connection bounds: the command line each server is started
 with, what a missing package says, each backend's bound per worker, and the rows that carry
-them. Nothing here starts a server or times anything."""
+them; and the wait for settled workers, on real processes (one blocked on a read, one busy).
+Nothing here starts a server."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
+import psutil
 import pytest
 
 from benchmarks import asgi, asgi_matrix, asgi_pools, asgi_servers, plan, report
@@ -129,3 +132,33 @@ def test_the_asgi_table_has_a_server_column_and_the_bound_beside_the_peak():
     assert body[2][3].startswith("not run: django-vcache")
     assert report.label_columns("asgi") == 3
     assert report.markdown_table(header, body).splitlines()[1].startswith("|---|---|---|---:|")
+
+
+@pytest.fixture
+def child():
+    """Start ``python -c code`` and stop it after the test."""
+    started = []
+
+    def start(code: str):
+        process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
+        started.append(process)
+        return psutil.Process(process.pid)
+
+    yield start
+    for process in started:
+        process.kill()
+        process.wait()
+        process.stdin.close()
+
+
+def test_a_measured_run_waits_for_idle_workers_only(child):
+    # A worker blocked on a read spends no CPU: settled at the first full window.
+    idle = child("import sys; sys.stdin.read()")
+    waited, settled = asgi.wait_until_settled([idle], cpu_s=0.0, window_s=0.2, limit_s=30.0)
+    assert settled and waited < 30.0
+
+
+def test_a_worker_still_busy_is_waited_for_until_the_limit_and_reported(child):
+    busy = child("while True: pass")
+    waited, settled = asgi.wait_until_settled([busy], cpu_s=0.0, window_s=0.2, limit_s=1.0)
+    assert not settled and waited >= 1.0
