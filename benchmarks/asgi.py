@@ -472,8 +472,7 @@ def measure_view(
         cpu_us_req=cpu / requests * 1e6 if requests else math.nan,
         # How evenly the workers shared the load: each one's CPU seconds, and the wrk
         # connections each held halfway through (the kernel hands a new connection to
-        # whichever worker accepts first; a worker whose loop never waits on I/O may take
-        # more than its share, and its connections wait behind one another).
+        # whichever worker accepts first), and how long they took to settle before it.
         worker_cpu_s=by_worker,
         worker_clients=held.counts,
         settle_s=settle_s,
