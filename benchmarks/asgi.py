@@ -52,6 +52,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -320,15 +321,14 @@ def wait_until_settled(
     keeps the previous run's CPU out of this one's CPU per request.
     """
     started = time.monotonic()
-    samples = [(started, sum(cpu_seconds(processes).values()))]
-    while samples[-1][0] - started < limit_s:
+    window = deque([(started, sum(cpu_seconds(processes).values()))])  # the last window_s
+    while window[-1][0] - started < limit_s:
         time.sleep(SETTLE_POLL_S)
         now = time.monotonic()
-        samples.append((now, sum(cpu_seconds(processes).values())))
-        if now - started < window_s:
-            continue
-        window_start = next(cpu for at, cpu in samples if now - at <= window_s)
-        if samples[-1][1] - window_start <= cpu_s:
+        window.append((now, sum(cpu_seconds(processes).values())))
+        while len(window) > 2 and now - window[1][0] >= window_s:  # keep one sample that spans it
+            window.popleft()
+        if now - window[0][0] >= window_s and window[-1][1] - window[0][1] <= cpu_s:
             return now - started, True
     return time.monotonic() - started, False
 
@@ -364,15 +364,10 @@ class ClientsPerWorker:
         counts = []
         for process in self._workers:
             with contextlib.suppress(psutil.Error):
-                listening = {
-                    c.laddr.port for c in process.net_connections("tcp") if c.status == "LISTEN"
-                }
+                held = process.net_connections("tcp")
+                listening = {c.laddr.port for c in held if c.status == "LISTEN"}
                 counts.append(
-                    sum(
-                        1
-                        for c in process.net_connections("tcp")
-                        if c.status == "ESTABLISHED" and c.laddr.port in listening
-                    )
+                    sum(1 for c in held if c.status == "ESTABLISHED" and c.laddr.port in listening)
                 )
         self.counts = sorted(counts, reverse=True)
 
