@@ -23,7 +23,8 @@ from ...core.missing import MISSING
 from ...core.outage import Outage
 from ...core.port import AsyncFillLock, AsyncStore
 from ...core.wakeup import TIMED_OUT
-from ...io import deadlines
+from ...io import clients, deadlines
+from ...io.migrating import PATIENCE
 from .concurrency import bounded
 from .flights import call_loader, start_background
 
@@ -39,6 +40,16 @@ STORE_ERRORS = (RedisError,)
 def nobody(value: Any) -> None:
     """Serve no one: a flight without coalesced callers (a background refresh, a follower's
     own load)."""
+
+
+def step_deadline(client: Any) -> float:
+    """Return the bound of one store step: its client's read deadline (``io.deadlines``), and
+    on a cluster also ``migrating.PATIENCE``. A step waits out a slot's migration inside the
+    call (``-TRYAGAIN`` retried after a pause), as the thread's client does, whose deadline
+    bounds each read and not those pauses; each read stays bounded by the connection's own
+    deadline, so a silent node is still an outage at once."""
+    seconds = deadlines.of(client)
+    return seconds + PATIENCE if clients.is_cluster(client) else seconds
 
 
 class FlightIO:
@@ -62,12 +73,14 @@ class FlightIO:
         self.loading = loading  # told of each Load step: under the lock or not
         self.outage = Outage() if outage is None else outage
         self._load_began: float | None = None  # the last Load step's start (outage's clock)
-        self._deadline = deadlines.of(getattr(store, "client", None))  # each store step's bound
+        client = getattr(store, "client", None)
+        self._deadline = deadlines.of(client)  # a read's, and a wait's slice
+        self._step_deadline = step_deadline(client)  # each store step's bound
         # Which successful steps prove Redis answers (``core.outage``); a lock elsewhere
         # (Redlock, ZooKeeper) is bounded by its own system's timeouts, not this deadline.
         self._read_answers = getattr(store, "reads_redis", False)
         self._lock_answers = getattr(store, "locks_in_redis", False)
-        self._lock_deadline = self._deadline if self._lock_answers else None
+        self._lock_deadline = self._step_deadline if self._lock_answers else None
         self._lock: AsyncFillLock | None = None  # made on the first lock step: a hit needs none
         self._store_failed = False  # a step of this flight met a store error (see ``close``)
 
@@ -79,7 +92,7 @@ class FlightIO:
 
     async def perform(self, step: flight.Step) -> Any:
         if isinstance(step, flight.Read):
-            record = await bounded(self.store.read(self.key), self._deadline)
+            record = await bounded(self.store.read(self.key), self._step_deadline)
             if self._read_answers:
                 self.outage.answered(self.key.full)
             return record
@@ -91,7 +104,7 @@ class FlightIO:
         if isinstance(step, flight.Subscribe):
             # A healthy Redis confirms in milliseconds; a silent one must not hold the waiter
             # for what is left of its wait_timeout (the step's own bound).
-            bound = self._lock_deadline
+            bound = self._deadline if self._lock_answers else None
             seconds = step.seconds if bound is None else min(step.seconds or bound, bound)
             return await self.lock.subscribe(seconds)
         if isinstance(step, flight.Peek):
