@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+#: The test's own connections: more than any worker's tasks, so none of them waits for long.
+POOL_SIZE = 150
+
+
+def pooled_client(url: str) -> Any:
+    """Return a ``redis.asyncio.Redis`` whose pool makes a task wait for a free connection.
+
+    ``Redis.from_url`` builds a pool that refuses a connection past its size with
+    ``MaxConnectionsError`` (redis-py 8 sizes it at 100 by default), and a worker whose 100
+    tasks each read while its own coroutine polls asks for 101.
+    """
+    import redis.asyncio
+
+    pool = redis.asyncio.BlockingConnectionPool.from_url(url, max_connections=POOL_SIZE)
+    return redis.asyncio.Redis.from_pool(pool)
 
 
 def locked_increments(url: str, name: str, tasks: int, rounds: int) -> list[int]:
     """Increment ``counter`` non-atomically under ``aio.Mutex``; return the fences seen."""
-    import redis.asyncio
-
     from stampede.aio import Mutex
 
     async def main() -> list[int]:
-        client = redis.asyncio.Redis.from_url(url)
+        client = pooled_client(url)
         fences: list[int] = []
 
         async def worker() -> None:
@@ -33,12 +48,10 @@ def locked_increments(url: str, name: str, tasks: int, rounds: int) -> list[int]
 
 def bare_fill_tasks(url: str, key: str, counter: str, tasks: int, load_seconds: float) -> list:
     """Return what ``tasks`` tasks got from ``aio.Filler.get_or_load`` over ``redis.asyncio``."""
-    import redis.asyncio
-
     from stampede import aio
 
     async def main() -> list:
-        client = redis.asyncio.Redis.from_url(url)
+        client = pooled_client(url)
         filler = aio.Filler(aio.RedisStore(client))
 
         async def load() -> str:
@@ -66,15 +79,13 @@ def cancel_some_callers(
     it runs, however slow the machine; a process returns once the load was stored (the lock
     is gone), not before its flight's own task finished the commit.
     """
-    import redis.asyncio
-
     from stampede import aio
     from stampede.core.keys import lock_key
 
     cancelled = f"{counter}:cancelled"
 
     async def main() -> dict:
-        client = redis.asyncio.Redis.from_url(url)
+        client = pooled_client(url)
         filler = aio.Filler(aio.RedisStore(client))
 
         async def load() -> str:

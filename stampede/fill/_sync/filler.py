@@ -22,7 +22,9 @@ a bare ``redis.Redis``). It owns the rules around the protocol:
 
 Usage without Django::
 
-    store = RedisStore(redis.Redis.from_url("redis://127.0.0.1:6379/0"))
+    # A blocking pool: a caller past its size waits for a connection, not MaxConnectionsError.
+    pool = redis.BlockingConnectionPool.from_url("redis://127.0.0.1:6379/0")
+    store = RedisStore(redis.Redis.from_pool(pool))
     filler = Filler(store, FillOptions(lock_ttl=10, wait_timeout=5))
     profile = filler.get_or_load("profile:42", lambda: load_profile(42), timeout=300)
 """
