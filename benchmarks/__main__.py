@@ -86,6 +86,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--asgi-workers", type=int, help="asgi: worker processes per server")
     parser.add_argument("--asgi-connections", type=int, help="asgi: wrk connections")
     parser.add_argument("--asgi-seconds", type=float, help="asgi: measured seconds per view")
+    parser.add_argument(
+        "--asgi-django-threads",
+        choices=("on", "off"),
+        help="asgi: off serves each request without the thread Django's ASGI handler starts "
+        "for it (benchmarks.django_threads), leaving what the cache changes (default: on)",
+    )
     parser.add_argument("--orm-reads", type=int, help="orm: freshness reads in all")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results.json, tables.md")
     parser.add_argument("--charts", type=Path, help="where the PNG charts go (default: --out)")
@@ -119,6 +125,8 @@ def settings_from(args: argparse.Namespace) -> plan.Settings:
         values["load_s"] = args.load_ms / 1000
     if args.churn_load_ms is not None:
         values["churn_load_s"] = args.churn_load_ms / 1000
+    if args.asgi_django_threads is not None:
+        values["asgi_django_threads"] = args.asgi_django_threads == "on"
     if args.asgi_servers:
         servers = _choose(args.asgi_servers, plan.Settings.asgi_servers, "ASGI servers")
         values["asgi_servers"] = tuple(servers)
@@ -432,6 +440,7 @@ def _run_async(
             repeat=settings.repeat,
             step=progress.note,
             base=base,
+            django_threads=settings.asgi_django_threads,
         )
     finally:
         progress.close()
@@ -511,6 +520,7 @@ def _meta(scenario: str, size: str, settings: plan.Settings) -> dict[str, Any]:
             "workers": settings.asgi_workers,
             "connections": settings.asgi_connections,
             "asgi_seconds": settings.asgi_seconds,
+            "django_threads": "" if settings.asgi_django_threads else " (no thread per request)",
             "faults_workers": settings.faults_workers,
             "faults_threads": settings.faults_threads,
             "faults_connections": settings.faults_connections,

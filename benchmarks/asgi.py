@@ -60,6 +60,7 @@ from typing import Any
 from . import baseline
 from .anchors import BACKENDS, DJANGO
 from .async_calls import backends, ratio, split
+from .django_threads import ENV as DJANGO_THREADS_ENV
 from .implementations import TWIN, adapter_name
 
 VIEWS = ("aget", "aget_or_set")
@@ -505,16 +506,22 @@ def run_backend(
     warm_s: float,
     source: str = "",
     server: str = "uvicorn",
+    django_threads: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """Serve ``backend`` once under ``server`` (``server_command``) and load each view; return
     ``{view: figures or {"failed": ...}}``.
 
     ``source``: a twin's exported tree, whose ``stampede`` the workers must have imported.
+    ``django_threads``: False to serve without the thread Django starts per request
+    (``benchmarks.django_threads``).
     """
     client.flushall()
     out: dict[str, dict[str, Any]] = {}
+    env = {} if django_threads else {DJANGO_THREADS_ENV: "off"}
     try:
-        site = Site(redis_url, adapter_name(backend), workers, source=source, server=server)
+        site = Site(
+            redis_url, adapter_name(backend), workers, source=source, server=server, env=env
+        )
     except OSError as exc:
         return {view: {"failed": f"{server} did not start: {exc}"} for view in VIEWS}
     try:
@@ -535,6 +542,7 @@ def run_backend(
             figures["worker_pids"] = sorted(pids)
             figures["stampede_from"] = stampede_from
             figures["loop"] = loop
+            figures["django_threads"] = django_threads
             out[view] = figures
     except (RuntimeError, OSError, subprocess.TimeoutExpired, ValueError) as exc:
         reason = f"{type(exc).__name__}: {exc}"
@@ -577,9 +585,11 @@ def run(
     step: Callable[[str], None] = lambda what: None,
     base: baseline.Baseline | None = None,
     server: str = "uvicorn",
+    django_threads: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """Run every backend ``repeat`` times (alternating order) under ``server``
-    (``server_command``); return ``{row: entry}``.
+    (``server_command``), with or without Django's thread per request (``django_threads``);
+    return ``{row: entry}``.
 
     ``base`` (``--compare``): each StampedeCache backend has a twin serving its ``stampede``,
     run right after it."""
@@ -609,6 +619,7 @@ def run(
                 warm_s=warm_s,
                 source=base.source if base and TWIN in backend else "",
                 server=server,
+                django_threads=django_threads,
             )
             for view, figures in measured.items():
                 figures["load1"] = os.getloadavg()[0]

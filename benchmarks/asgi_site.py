@@ -22,7 +22,8 @@ wrk counts as a non-2xx response):
   ``STAMPEDE_BENCH_FAULT_DIR``.
 
 No middleware, no database, no templates: what a request costs beyond the two cache calls is
-Django's request handling, the same for every backend.
+Django's request handling, the same for every backend. With ``STAMPEDE_BENCH_DJANGO_THREADS``
+``off`` (``benchmarks.django_threads``), that handling starts no thread per request.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from django.core.asgi import get_asgi_application  # noqa: E402 (needs the setti
 from django.core.cache import caches  # noqa: E402
 from django.core.wsgi import get_wsgi_application  # noqa: E402
 
-from . import fault_views  # noqa: E402
+from . import django_threads, fault_views  # noqa: E402
 from .fault_log import FAULT_DIR_ENV  # noqa: E402
 
 ALIAS = os.environ["STAMPEDE_BENCH_BACKEND"]
@@ -124,6 +125,8 @@ urlpatterns = [
 
 if os.environ.get(FAULT_DIR_ENV):
     fault_views.install_log_handlers()
+if os.environ.get(django_threads.ENV) == "off":
+    django_threads.remove()
 
 application = get_asgi_application()
 wsgi_application = get_wsgi_application()

@@ -55,6 +55,9 @@ class Settings:
     asgi_connections: int = 300
     asgi_seconds: float = 10.0
     asgi_warm_s: float = 2.0
+    # asgi: False serves each request without the thread Django's ASGI handler starts for it
+    # (benchmarks.django_threads): what is left is what a cache backend changes
+    asgi_django_threads: bool = True
     # faults: one run per row (not repeated): uvicorn or gunicorn (`faults_workers` workers, of
     # `faults_threads` threads for gunicorn) under wrk with `faults_connections` for
     # `faults_seconds`; Redis taken away at `faults_at_s` for `faults_outage_s`

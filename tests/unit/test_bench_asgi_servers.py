@@ -1,7 +1,8 @@
 """The asgi scenario's servers and connection bounds: the command line each server is started
 with, what a missing package says, each backend's bound per worker, and the rows that carry
-them; and the wait for settled workers, on real processes (one blocked on a read, one busy).
-Nothing here starts a server."""
+them; the wait for settled workers, on real processes (one blocked on a read, one busy); and
+the site's requests with and without the thread Django starts for each (one request through its
+ASGI application, in a process of its own). Nothing here starts a server."""
 
 from __future__ import annotations
 
@@ -164,3 +165,61 @@ def test_a_worker_still_busy_is_waited_for_until_the_limit_and_reported(child):
     # 10 ms in each.
     waited, settled = asgi.wait_until_settled([busy], cpu_s=0.0, window_s=1.0, limit_s=3.0)
     assert not settled and waited >= 3.0
+
+
+#: One request of the asgi site's ``/pid`` view through its ASGI application, in a process of
+#: its own (the site configures Django's settings): prints the status, the body, and the names
+#: of the threads started while it was served. ``/pid`` reads no cache: nothing is contacted.
+ONE_REQUEST = """
+import asyncio, json, threading
+import benchmarks.asgi_site as site
+
+started = []
+start = threading.Thread.start
+threading.Thread.start = lambda thread: (started.append(thread.name), start(thread))[1]
+
+async def serve():
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": "GET", "scheme": "http", "path": "/pid", "raw_path": b"/pid",
+             "query_string": b"", "root_path": "", "headers": [(b"host", b"127.0.0.1")],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    received = asyncio.Queue()
+    received.put_nowait({"type": "http.request", "body": b"", "more_body": False})
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    await site.application(scope, received.get, send)  # the second get() waits: no disconnect
+    return sent
+
+sent = asyncio.run(serve())
+body = b"".join(message.get("body", b"") for message in sent[1:])
+print(json.dumps([sent[0]["status"], body.decode(), started]))
+"""
+
+
+@pytest.mark.parametrize("threads", ["on", "off"])
+def test_the_site_serves_without_django_s_thread_per_request_only_when_told(threads):
+    import json
+    import os
+
+    env = dict(os.environ, STAMPEDE_BENCH_REDIS_URL=URL, STAMPEDE_BENCH_BACKEND="django")
+    if threads == "off":
+        env[asgi.DJANGO_THREADS_ENV] = "off"
+    done = subprocess.run(
+        [sys.executable, "-c", ONE_REQUEST], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    status, body, started = json.loads(done.stdout)
+    assert status == 200 and body.isdigit()
+    # On, Django closes the response in a thread of the request's own (ThreadSensitiveContext).
+    assert (len(started) == 0) == (threads == "off"), started
+
+
+def test_the_command_line_turns_django_s_thread_per_request_off():
+    from benchmarks.__main__ import parse, settings_from
+
+    assert plan.Settings().asgi_django_threads
+    settings = settings_from(parse(["--scenarios", "asgi", "--asgi-django-threads", "off"]))
+    assert not settings.asgi_django_threads

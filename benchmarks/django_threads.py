@@ -1,0 +1,52 @@
+"""``--asgi-django-threads off``: Django's ASGI handler without the thread it starts per request.
+
+For every request Django's ``ASGIHandler`` enters a ``ThreadSensitiveContext`` (a thread of its
+own for whatever runs synchronously in that request), runs ``request_started``'s synchronous
+receivers in that thread when there are any, and always closes the response there
+(``sync_to_async(response.close)``, which sends ``request_finished`` to its receivers). A new
+thread per request, and two hand-overs of the GIL, cost more than the two cache calls the
+``asgi`` scenario measures, and cost more the less the event loop idles: a view whose reads
+never wait on a socket (a near cache's copies) keeps the loop busy, so the request's thread
+waits longer for the GIL. ``docs/benchmarks.md`` gives the figures.
+
+Off, the site (which has no database) disconnects the database's ``request_started`` receivers
+(``reset_queries`` and ``close_old_connections``: nothing to reset or close) and closes each
+response on the event loop, where ``request_finished``'s receivers (``close_caches`` among them)
+then run. What a request costs then is the server's, Django's request handling and the cache
+calls: the part a cache backend changes. A way of measuring, not a setting to deploy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+#: The environment variable the parent sets to ``off`` in a server's workers.
+ENV = "STAMPEDE_BENCH_DJANGO_THREADS"
+
+
+def remove() -> None:
+    """Serve each request of this process without a thread of its own (see the module)."""
+    from django.core import signals
+    from django.core.handlers import asgi
+    from django.db import close_old_connections, reset_queries
+
+    if not hasattr(asgi, "sync_to_async"):
+        import django
+
+        raise RuntimeError(
+            f"Django {django.get_version()}'s ASGI handler no longer closes a response through "
+            f"its module's sync_to_async: {ENV}=off does not know how to keep it on the loop"
+        )
+    signals.request_started.disconnect(reset_queries)
+    signals.request_started.disconnect(close_old_connections)
+    asgi.sync_to_async = on_the_loop  # type: ignore[attr-defined]
+
+
+def on_the_loop(func: Callable[..., Any], **options: Any) -> Callable[..., Awaitable[Any]]:
+    """Django's ``sync_to_async(func)``, called in place on the event loop instead."""
+
+    async def call(*args: Any, **kwargs: Any) -> Any:
+        return func(*args, **kwargs)
+
+    return call
