@@ -126,7 +126,7 @@ urlpatterns = [
 if os.environ.get(FAULT_DIR_ENV):
     fault_views.install_log_handlers()
 if os.environ.get(django_threads.ENV) == "off":
-    django_threads.remove()
+    django_threads.remove(ALIAS)
 
 application = get_asgi_application()
 wsgi_application = get_wsgi_application()
