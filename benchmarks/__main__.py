@@ -92,6 +92,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="asgi: off serves each request without the thread Django's ASGI handler starts "
         "for it (benchmarks.django_threads), leaving what the cache changes (default: on)",
     )
+    parser.add_argument(
+        "--asgi-wrk-nice",
+        type=int,
+        help="asgi: run wrk under nice -n N (19: it gets only the CPU the site leaves; default 0)",
+    )
     parser.add_argument("--orm-reads", type=int, help="orm: freshness reads in all")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results.json, tables.md")
     parser.add_argument("--charts", type=Path, help="where the PNG charts go (default: --out)")
@@ -116,6 +121,7 @@ def settings_from(args: argparse.Namespace) -> plan.Settings:
         "asgi_workers",
         "asgi_connections",
         "asgi_seconds",
+        "asgi_wrk_nice",
         "orm_reads",
     )
     for name in direct:
@@ -441,6 +447,7 @@ def _run_async(
             step=progress.note,
             base=base,
             django_threads=settings.asgi_django_threads,
+            wrk_nice=settings.asgi_wrk_nice,
         )
     finally:
         progress.close()
@@ -521,6 +528,7 @@ def _meta(scenario: str, size: str, settings: plan.Settings) -> dict[str, Any]:
             "connections": settings.asgi_connections,
             "asgi_seconds": settings.asgi_seconds,
             "django_threads": "" if settings.asgi_django_threads else " (no thread per request)",
+            "wrk_nice": f" (at nice {settings.asgi_wrk_nice})" if settings.asgi_wrk_nice else "",
             "faults_workers": settings.faults_workers,
             "faults_threads": settings.faults_threads,
             "faults_connections": settings.faults_connections,

@@ -412,19 +412,23 @@ class ConnectionSampler:
         self.client.close()
 
 
-def wrk_command(url: str, connections: int, seconds: float, threads: int) -> list[str]:
+def wrk_command(
+    url: str, connections: int, seconds: float, threads: int, nice: int = 0
+) -> list[str]:
     """Return the wrk command for ``seconds`` of load on ``url``, rounded up to whole seconds
     (wrk takes no fractions), with a request timeout as long as the run (a slow answer is
-    measured, not dropped)."""
+    measured, not dropped); run under ``nice -n nice`` when ``nice`` is not 0 (19: wrk gets
+    only the CPU the site leaves, as a load from other machines takes none of the server's)."""
     whole = max(1, math.ceil(seconds))
     command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{whole}s", "--latency"]
-    return [*command, "--timeout", f"{max(whole, 2)}s", url]
+    command = [*command, "--timeout", f"{max(whole, 2)}s", url]
+    return ["nice", "-n", str(nice), *command] if nice else command
 
 
-def run_wrk(url: str, connections: int, seconds: float, threads: int) -> str:
+def run_wrk(url: str, connections: int, seconds: float, threads: int, nice: int = 0) -> str:
     """Return wrk's report of ``seconds`` of load on ``url`` (``wrk_command``). wrk stops by
     itself; it is killed past a margin."""
-    command = wrk_command(url, connections, seconds, threads)
+    command = wrk_command(url, connections, seconds, threads, nice)
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=seconds + WRK_MARGIN_S, check=False
     )
@@ -442,6 +446,7 @@ def measure_view(
     *,
     connections: int,
     seconds: float,
+    wrk_nice: int = 0,
 ) -> dict[str, Any]:
     """Return one measured wrk run of ``view`` with its connections, CPU and command counts."""
     from .measure import commands
@@ -452,7 +457,8 @@ def measure_view(
     client.config_resetstat()
     before = cpu_seconds(workers)
     with ConnectionSampler(redis_url) as sampler, ClientsPerWorker(workers, seconds) as held:
-        report = run_wrk(f"{site.base}/{view}", connections, seconds, threads=wrk_threads())
+        url = f"{site.base}/{view}"
+        report = run_wrk(url, connections, seconds, threads=wrk_threads(), nice=wrk_nice)
     after = cpu_seconds(workers)
     by_worker = sorted((after[pid] - before[pid] for pid in after if pid in before), reverse=True)
     _, cmds = commands(command_counts(client))
@@ -507,13 +513,14 @@ def run_backend(
     source: str = "",
     server: str = "uvicorn",
     django_threads: bool = True,
+    wrk_nice: int = 0,
 ) -> dict[str, dict[str, Any]]:
     """Serve ``backend`` once under ``server`` (``server_command``) and load each view; return
     ``{view: figures or {"failed": ...}}``.
 
     ``source``: a twin's exported tree, whose ``stampede`` the workers must have imported.
     ``django_threads``: False to serve without the thread Django starts per request
-    (``benchmarks.django_threads``).
+    (``benchmarks.django_threads``). ``wrk_nice``: wrk's niceness (``wrk_command``).
     """
     client.flushall()
     out: dict[str, dict[str, Any]] = {}
@@ -535,14 +542,22 @@ def run_backend(
         for view in VIEWS:
             url = f"{site.base}/{view}"
             if warm_s > 0:  # connections, thread pools, near copies: not measured
-                run_wrk(url, connections, warm_s, threads=wrk_threads())
+                run_wrk(url, connections, warm_s, threads=wrk_threads(), nice=wrk_nice)
             figures = measure_view(
-                site, pids, client, redis_url, view, connections=connections, seconds=seconds
+                site,
+                pids,
+                client,
+                redis_url,
+                view,
+                connections=connections,
+                seconds=seconds,
+                wrk_nice=wrk_nice,
             )
             figures["worker_pids"] = sorted(pids)
             figures["stampede_from"] = stampede_from
             figures["loop"] = loop
             figures["django_threads"] = django_threads
+            figures["wrk_nice"] = wrk_nice
             out[view] = figures
     except (RuntimeError, OSError, subprocess.TimeoutExpired, ValueError) as exc:
         reason = f"{type(exc).__name__}: {exc}"
@@ -586,10 +601,11 @@ def run(
     base: baseline.Baseline | None = None,
     server: str = "uvicorn",
     django_threads: bool = True,
+    wrk_nice: int = 0,
 ) -> dict[str, dict[str, Any]]:
     """Run every backend ``repeat`` times (alternating order) under ``server``
-    (``server_command``), with or without Django's thread per request (``django_threads``);
-    return ``{row: entry}``.
+    (``server_command``), with or without Django's thread per request (``django_threads``),
+    wrk at niceness ``wrk_nice``; return ``{row: entry}``.
 
     ``base`` (``--compare``): each StampedeCache backend has a twin serving its ``stampede``,
     run right after it."""
@@ -620,6 +636,7 @@ def run(
                 source=base.source if base and TWIN in backend else "",
                 server=server,
                 django_threads=django_threads,
+                wrk_nice=wrk_nice,
             )
             for view, figures in measured.items():
                 figures["load1"] = os.getloadavg()[0]

@@ -58,6 +58,9 @@ class Settings:
     # asgi: False serves each request without the thread Django's ASGI handler starts for it
     # (benchmarks.django_threads): what is left is what a cache backend changes
     asgi_django_threads: bool = True
+    # asgi: wrk's niceness (19: it takes only the CPU the site leaves, as clients on other
+    # machines take none of the server's cores)
+    asgi_wrk_nice: int = 0
     # faults: one run per row (not repeated): uvicorn or gunicorn (`faults_workers` workers, of
     # `faults_threads` threads for gunicorn) under wrk with `faults_connections` for
     # `faults_seconds`; Redis taken away at `faults_at_s` for `faults_outage_s`

@@ -157,9 +157,10 @@ TITLES = {
     "async": "async: one process, {tasks} asyncio tasks call one method on warm keys, "
     "{async_seconds:g} s per row; Python {python}; multiples of Django RedisCache's aget "
     "(and of its own call of the same method)",
-    "asgi": "asgi: Django{django_threads} on each server ({workers} workers), wrk {connections} "
-    "connections for {asgi_seconds:g} s per view, each request two awaits of warm keys; "
-    "Python {python}; multiples of Django RedisCache on the same server and view",
+    "asgi": "asgi: Django{django_threads} on each server ({workers} workers), "
+    "wrk {connections} connections{wrk_nice} for {asgi_seconds:g} s per view, each request two "
+    "awaits of warm keys; Python {python}; multiples of Django RedisCache on the same server "
+    "and view",
     "faults": "faults: Redis taken away at {faults_at_s:g} s for {faults_outage_s:g} s (silent: "
     "SIGSTOP/SIGCONT; killed: SIGKILL, restarted empty), wrk {faults_connections} connections "
     "for {faults_seconds:g} s, uvicorn ({faults_workers} workers, aget_or_set) and gunicorn "

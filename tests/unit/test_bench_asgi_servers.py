@@ -223,3 +223,20 @@ def test_the_command_line_turns_django_s_thread_per_request_off():
     assert plan.Settings().asgi_django_threads
     settings = settings_from(parse(["--scenarios", "asgi", "--asgi-django-threads", "off"]))
     assert not settings.asgi_django_threads
+
+
+def test_wrk_runs_under_nice_only_when_told():
+    plain = asgi.wrk_command("http://127.0.0.1:1/aget", 300, 10, 2)
+    assert plain[0] == "wrk"
+    assert asgi.wrk_command("http://127.0.0.1:1/aget", 300, 10, 2, nice=19) == [
+        "nice",
+        "-n",
+        "19",
+        *plain,
+    ]
+    from benchmarks.__main__ import parse, settings_from
+
+    assert plan.Settings().asgi_wrk_nice == 0
+    assert (
+        settings_from(parse(["--scenarios", "asgi", "--asgi-wrk-nice", "19"])).asgi_wrk_nice == 19
+    )
