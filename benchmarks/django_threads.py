@@ -5,9 +5,9 @@ own for whatever runs synchronously in that request), runs ``request_started``'s
 receivers in that thread when there are any, and always closes the response there
 (``sync_to_async(response.close)``, which sends ``request_finished`` to its receivers). A new
 thread per request, and two hand-overs of the GIL, cost more than the two cache calls the
-``asgi`` scenario measures, and cost more the less the event loop idles: a view whose reads
-never wait on a socket (a near cache's copies) keeps the loop busy, so the request's thread
-waits longer for the GIL. ``docs/benchmarks.md`` gives the figures.
+``asgi`` scenario measures, and cost more when the view never waits on a socket (a near
+cache's copies): the loop is then never idle, and each request's thread waits for the GIL.
+``docs/benchmarks.md`` gives the figures.
 
 Off, the site (which has no database) disconnects the database's ``request_started`` receivers
 (``reset_queries`` and ``close_old_connections``: nothing to reset or close) and closes each
@@ -20,6 +20,7 @@ A way of measuring, not a setting to deploy.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -50,7 +51,7 @@ def remove(alias: str) -> None:
             f"Django {django.get_version()}'s ASGI handler no longer closes a response through "
             f"its module's sync_to_async: {ENV}=off does not know how to keep it on the loop"
         )
-    caches[alias]
+    caches[alias]  # imports the backend's package
     signals.request_started.disconnect(reset_queries)
     signals.request_started.disconnect(close_old_connections)
     # A response closed on the loop sends request_finished there, synchronously: an asyncio
@@ -69,7 +70,7 @@ def asyncio_receivers(signal: Any) -> list[Callable[..., Any]]:
     for entry in signal.receivers:
         receiver = entry[1]
         live = receiver() if isinstance(receiver, weakref.ReferenceType) else receiver
-        if live is not None and asyncio.iscoroutinefunction(live):
+        if live is not None and inspect.iscoroutinefunction(live):
             found.append(live)
     return found
 
