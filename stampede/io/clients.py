@@ -20,7 +20,8 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from ..core import process
-from . import factory, redis_internals, sentinel
+from . import deadlines, factory, redis_internals, sentinel
+from .migrating import PATIENCE
 
 _shared: dict[Hashable, Any] = {}
 _shared_lock = threading.Lock()
@@ -82,6 +83,16 @@ def is_cluster(client: Any) -> bool:
     lacks it, Redis 6.2 (``cluster_pubsub``).
     """
     return isinstance(client, _cluster_types())
+
+
+def step_deadline(client: Any) -> float:
+    """Return the bound of one fill step as a whole on ``client``: its read deadline
+    (``io.deadlines``), and on a cluster also ``migrating.PATIENCE``. A step waits out a slot's
+    migration inside the call (``-TRYAGAIN`` retried after a pause), as the thread's client
+    does, whose deadline bounds each read and not those pauses; each read stays bounded by the
+    connection's own deadline, so a silent node is still an outage at once."""
+    seconds = deadlines.of(client)
+    return seconds + PATIENCE if is_cluster(client) else seconds
 
 
 async def learn_slots(client: Any) -> None:

@@ -24,7 +24,6 @@ from ...core.outage import Outage
 from ...core.port import AsyncFillLock, AsyncStore
 from ...core.wakeup import TIMED_OUT
 from ...io import clients, deadlines
-from ...io.migrating import PATIENCE
 from .concurrency import bounded
 from .flights import call_loader, start_background
 
@@ -40,16 +39,6 @@ STORE_ERRORS = (RedisError,)
 def nobody(value: Any) -> None:
     """Serve no one: a flight without coalesced callers (a background refresh, a follower's
     own load)."""
-
-
-def step_deadline(client: Any) -> float:
-    """Return the bound of one store step: its client's read deadline (``io.deadlines``), and
-    on a cluster also ``migrating.PATIENCE``. A step waits out a slot's migration inside the
-    call (``-TRYAGAIN`` retried after a pause), as the thread's client does, whose deadline
-    bounds each read and not those pauses; each read stays bounded by the connection's own
-    deadline, so a silent node is still an outage at once."""
-    seconds = deadlines.of(client)
-    return seconds + PATIENCE if clients.is_cluster(client) else seconds
 
 
 class FlightIO:
@@ -75,7 +64,7 @@ class FlightIO:
         self._load_began: float | None = None  # the last Load step's start (outage's clock)
         client = getattr(store, "client", None)
         self._deadline = deadlines.of(client)  # a read's, and a wait's slice
-        self._step_deadline = step_deadline(client)  # each store step's bound
+        self._step_deadline = clients.step_deadline(client)  # each store step's bound
         # Which successful steps prove Redis answers (``core.outage``); a lock elsewhere
         # (Redlock, ZooKeeper) is bounded by its own system's timeouts, not this deadline.
         self._read_answers = getattr(store, "reads_redis", False)
