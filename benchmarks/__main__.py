@@ -32,6 +32,7 @@ from typing import Any
 
 from . import anchors, baseline, charts, comparison, measure, plan, report, runner, servers, targets
 from .implementations import ADAPTERS, TWIN, adapter_name, in_scenario, twin, with_twins
+from .lowered import lowered
 from .workload import control_every
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
@@ -95,7 +96,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--asgi-wrk-nice",
         type=int,
-        help="asgi: run wrk under nice -n N (19: it gets only the CPU the site leaves; default 0)",
+        help="asgi: run wrk at niceness N (19: it gets only the CPU the site leaves; default 0), "
+        "in a session of its own where the kernel schedules by session (benchmarks.lowered)",
     )
     parser.add_argument("--orm-reads", type=int, help="orm: freshness reads in all")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results.json, tables.md")
@@ -519,6 +521,13 @@ def _with_lock_servers(
     return kept
 
 
+def _wrk_nice_title(nice: int) -> str:
+    if not nice:
+        return ""
+    where = ", in a session of its own" if lowered(["wrk"], nice).autogroup else ""
+    return f" (at nice {nice}{where})"
+
+
 def _meta(scenario: str, size: str, settings: plan.Settings) -> dict[str, Any]:
     if scenario in plan.ASYNC_SCENARIOS:
         return {
@@ -528,7 +537,7 @@ def _meta(scenario: str, size: str, settings: plan.Settings) -> dict[str, Any]:
             "connections": settings.asgi_connections,
             "asgi_seconds": settings.asgi_seconds,
             "django_threads": "" if settings.asgi_django_threads else " (no thread per request)",
-            "wrk_nice": f" (at nice {settings.asgi_wrk_nice})" if settings.asgi_wrk_nice else "",
+            "wrk_nice": _wrk_nice_title(settings.asgi_wrk_nice),
             "faults_workers": settings.faults_workers,
             "faults_threads": settings.faults_threads,
             "faults_connections": settings.faults_connections,

@@ -62,6 +62,7 @@ from .anchors import BACKENDS, DJANGO
 from .async_calls import backends, ratio, split
 from .django_threads import ENV as DJANGO_THREADS_ENV
 from .implementations import TWIN, adapter_name
+from .lowered import lowered
 
 VIEWS = ("aget", "aget_or_set")
 ROOT = Path(__file__).resolve().parent.parent  # the source tree whose stampede/ is measured
@@ -412,25 +413,28 @@ class ConnectionSampler:
         self.client.close()
 
 
-def wrk_command(
-    url: str, connections: int, seconds: float, threads: int, nice: int = 0
-) -> list[str]:
+def wrk_command(url: str, connections: int, seconds: float, threads: int) -> list[str]:
     """Return the wrk command for ``seconds`` of load on ``url``, rounded up to whole seconds
     (wrk takes no fractions), with a request timeout as long as the run (a slow answer is
-    measured, not dropped); run under ``nice -n nice`` when ``nice`` is not 0 (19: wrk gets
-    only the CPU the site leaves, as a load from other machines takes none of the server's)."""
+    measured, not dropped)."""
     whole = max(1, math.ceil(seconds))
     command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{whole}s", "--latency"]
-    command = [*command, "--timeout", f"{max(whole, 2)}s", url]
-    return ["nice", "-n", str(nice), *command] if nice else command
+    return [*command, "--timeout", f"{max(whole, 2)}s", url]
 
 
 def run_wrk(url: str, connections: int, seconds: float, threads: int, nice: int = 0) -> str:
-    """Return wrk's report of ``seconds`` of load on ``url`` (``wrk_command``). wrk stops by
-    itself; it is killed past a margin."""
-    command = wrk_command(url, connections, seconds, threads, nice)
+    """Return wrk's report of ``seconds`` of load on ``url`` (``wrk_command``), run at niceness
+    ``nice`` when it is not 0 (19: wrk gets only the CPU the site leaves, as a load from other
+    machines takes none of the server's; ``benchmarks.lowered``: in a session of its own where
+    the kernel schedules by session). wrk stops by itself; it is killed past a margin."""
+    command = lowered(wrk_command(url, connections, seconds, threads), nice)
     done = subprocess.run(
-        command, capture_output=True, text=True, timeout=seconds + WRK_MARGIN_S, check=False
+        command.argv,
+        capture_output=True,
+        text=True,
+        timeout=seconds + WRK_MARGIN_S,
+        check=False,
+        start_new_session=command.new_session,
     )
     if done.returncode != 0:
         raise RuntimeError(f"wrk exited {done.returncode}: {(done.stderr or done.stdout)[-500:]}")
@@ -520,7 +524,7 @@ def run_backend(
 
     ``source``: a twin's exported tree, whose ``stampede`` the workers must have imported.
     ``django_threads``: False to serve without the thread Django starts per request
-    (``benchmarks.django_threads``). ``wrk_nice``: wrk's niceness (``wrk_command``).
+    (``benchmarks.django_threads``). ``wrk_nice``: wrk's niceness (``run_wrk``).
     """
     client.flushall()
     out: dict[str, dict[str, Any]] = {}
@@ -558,6 +562,7 @@ def run_backend(
             figures["loop"] = loop
             figures["django_threads"] = django_threads
             figures["wrk_nice"] = wrk_nice
+            figures["wrk_autogroup"] = lowered(["wrk"], wrk_nice).autogroup
             out[view] = figures
     except (RuntimeError, OSError, subprocess.TimeoutExpired, ValueError) as exc:
         reason = f"{type(exc).__name__}: {exc}"

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import psutil
 import pytest
 
-from benchmarks import asgi, asgi_matrix, asgi_pools, asgi_servers, plan, report
+from benchmarks import asgi, asgi_matrix, asgi_pools, asgi_servers, lowered, plan, report
 from stampede.io.factory import ASYNC_POOL_SIZE
 
 URL = "redis://127.0.0.1:1/0"  # never connected: the bounds are read from unopened pools
@@ -225,18 +226,51 @@ def test_the_command_line_turns_django_s_thread_per_request_off():
     assert not settings.asgi_django_threads
 
 
-def test_wrk_runs_under_nice_only_when_told():
+def test_wrk_runs_at_a_niceness_only_when_told():
     plain = asgi.wrk_command("http://127.0.0.1:1/aget", 300, 10, 2)
     assert plain[0] == "wrk"
-    assert asgi.wrk_command("http://127.0.0.1:1/aget", 300, 10, 2, nice=19) == [
-        "nice",
-        "-n",
-        "19",
-        *plain,
-    ]
+    assert lowered.lowered(plain, 0) == lowered.Lowered(plain, new_session=False)
+    assert lowered.lowered(plain, 19, autogroups=False) == lowered.Lowered(
+        ["nice", "-n", "19", *plain], new_session=False
+    )
+    in_autogroup = lowered.lowered(plain, 19, autogroups=True)
+    assert in_autogroup.new_session and in_autogroup.autogroup
+    assert in_autogroup.argv[0] == "sh" and in_autogroup.argv[-len(plain) :] == plain
     from benchmarks.__main__ import parse, settings_from
 
     assert plan.Settings().asgi_wrk_nice == 0
     assert (
         settings_from(parse(["--scenarios", "asgi", "--asgi-wrk-nice", "19"])).asgi_wrk_nice == 19
     )
+
+
+def test_a_lowered_command_runs_at_its_niceness_in_its_session_s_autogroup():
+    """Where the kernel shares CPU between sessions first, a nice value alone weighs nothing
+    against the site's session: the command's own session's autogroup must carry it."""
+    report = ["sh", "-c", 'cat /proc/self/autogroup; echo "nice $(nice)"']
+    command = lowered.lowered(report, 7)
+    done = subprocess.run(
+        command.argv,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+        start_new_session=command.new_session,
+    )
+    assert "nice 7" in done.stdout.splitlines()[-1]
+    if command.autogroup:
+        ours = Path("/proc/self/autogroup").read_text().split()
+        group, _, nice = done.stdout.splitlines()[0].split()
+        assert group != ours[0] and nice == "7", done.stdout  # its own group, lowered
+        assert Path("/proc/self/autogroup").read_text().split() == ours  # ours left as it was
+    else:
+        assert not lowered.autogroups_on()
+
+
+def test_autogroups_are_read_from_the_kernel_s_setting(tmp_path):
+    setting = tmp_path / "sched_autogroup_enabled"
+    setting.write_text("1\n")
+    assert lowered.autogroups_on(setting)
+    setting.write_text("0\n")
+    assert not lowered.autogroups_on(setting)
+    assert not lowered.autogroups_on(tmp_path / "absent")
