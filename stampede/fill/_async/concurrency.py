@@ -11,6 +11,7 @@ lock primitives the fills share with the mutex (the renewal) come from
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -44,8 +45,9 @@ def fast_mget(client: Any) -> Callable[..., Awaitable[Any]]:
         return cluster_mget
     reads = batch.batch_of(client)
 
-    async def mget(*keys: Any) -> list[Any]:
-        return await reads.get_many(keys)
+    def mget(*keys: Any) -> asyncio.Future[list[Any]]:
+        # The batch's future itself, not a coroutine around it: a hit resumes one frame less.
+        return reads.get_many(keys)
 
     return mget
 

@@ -141,11 +141,19 @@ class Filler:
             # On an event loop a hit is read before coalescing: the reads of one turn of the
             # loop go out as one command (``io/_async/batch.py``), so a cold key still costs the
             # process one read per turn, and a hit costs less than joining a flight.
-            early = await self._fresh_value(key, options)
-            if isinstance(early, flight.StoreUnavailable):
-                failed_read = early  # the leader does not read again: a silent Redis costs one
-            elif early is not MISSING:
-                return unwrap_private(early)
+            # Inline, not a method: each coroutine between the caller and the read's future
+            # is one more frame resumed on every hit.
+            try:
+                seen = await self._first_read(key)
+            except STORE_ERRORS as exc:
+                # The leader does not read again: a silent Redis costs one read's wait.
+                failed_read = self.outage.unavailable(exc, key, "Read")
+            else:
+                if self._read_answers:
+                    self.outage.answered(key.full)
+                early = fresh_value(seen, options, self.clock)
+                if early is not MISSING:
+                    return unwrap_private(early)
         # unasync: end
         own = False  # True once this caller's own loader made the value (see DontCache)
 
@@ -229,21 +237,6 @@ class Filler:
             raise
         finally:
             calls.end(call, error)
-
-    # unasync: async only
-    async def _fresh_value(self, key: CacheKey, options: FillOptions) -> Any:
-        """Return the value of ``key`` if a read finds it fresh, else ``MISSING``: anything
-        else (stale, absent, early refresh) is the flight's to handle. A store error is
-        returned (``StoreUnavailable``, reported) for the flight's leader to apply."""
-        try:
-            seen = await self._first_read(key)
-        except STORE_ERRORS as exc:
-            return self.outage.unavailable(exc, key, "Read")
-        if self._read_answers:
-            self.outage.answered(key.full)
-        return fresh_value(seen, options, self.clock)
-
-    # unasync: end
 
     async def _marked_value(
         self, key: CacheKey, options: FillOptions
