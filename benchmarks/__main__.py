@@ -32,7 +32,7 @@ from typing import Any
 
 from . import anchors, baseline, charts, comparison, measure, plan, report, runner, servers, targets
 from .implementations import ADAPTERS, TWIN, adapter_name, in_scenario, twin, with_twins
-from .lowered import lowered
+from .lowered import in_autogroup
 from .workload import control_every
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
@@ -524,7 +524,7 @@ def _with_lock_servers(
 def _wrk_nice_title(nice: int) -> str:
     if not nice:
         return ""
-    where = ", in a session of its own" if lowered(["wrk"], nice).autogroup else ""
+    where = ", in a session of its own" if in_autogroup(nice) else ""
     return f" (at nice {nice}{where})"
 
 

@@ -62,7 +62,7 @@ from .anchors import BACKENDS, DJANGO
 from .async_calls import backends, ratio, split
 from .django_threads import ENV as DJANGO_THREADS_ENV
 from .implementations import TWIN, adapter_name
-from .lowered import lowered
+from .lowered import in_autogroup, lowered
 
 VIEWS = ("aget", "aget_or_set")
 ROOT = Path(__file__).resolve().parent.parent  # the source tree whose stampede/ is measured
@@ -562,7 +562,7 @@ def run_backend(
             figures["loop"] = loop
             figures["django_threads"] = django_threads
             figures["wrk_nice"] = wrk_nice
-            figures["wrk_autogroup"] = lowered(["wrk"], wrk_nice).autogroup
+            figures["wrk_autogroup"] = in_autogroup(wrk_nice)
             out[view] = figures
     except (RuntimeError, OSError, subprocess.TimeoutExpired, ValueError) as exc:
         reason = f"{type(exc).__name__}: {exc}"

@@ -45,17 +45,18 @@ class Lowered:
     #: Start it with ``start_new_session=True``: its niceness is its session's autogroup's.
     new_session: bool
 
-    @property
-    def autogroup(self) -> bool:
-        """True if the niceness is set on the command's own autogroup (recorded with figures)."""
-        return self.new_session
+
+def in_autogroup(nice: int, autogroups: bool | None = None) -> bool:
+    """Return True if a command at niceness ``nice`` runs in an autogroup of its own (recorded
+    with the figures). ``autogroups``: whether the kernel schedules by session (None: ask it)."""
+    return bool(nice) and (autogroups_on() if autogroups is None else autogroups)
 
 
 def lowered(command: list[str], nice: int, *, autogroups: bool | None = None) -> Lowered:
-    """Return ``command`` to run at niceness ``nice`` (0: as it is). ``autogroups``: whether
-    the kernel schedules by session (None: ask it, ``autogroups_on``)."""
+    """Return ``command`` to run at niceness ``nice`` (0: as it is); ``autogroups`` as for
+    :func:`in_autogroup`."""
     if not nice:
         return Lowered(list(command), new_session=False)
-    if autogroups_on() if autogroups is None else autogroups:
+    if in_autogroup(nice, autogroups):
         return Lowered(["sh", "-c", _IN_AUTOGROUP, str(nice), *command], new_session=True)
     return Lowered(["nice", "-n", str(nice), *command], new_session=False)

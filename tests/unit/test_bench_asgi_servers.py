@@ -234,7 +234,8 @@ def test_wrk_runs_at_a_niceness_only_when_told():
         ["nice", "-n", "19", *plain], new_session=False
     )
     in_autogroup = lowered.lowered(plain, 19, autogroups=True)
-    assert in_autogroup.new_session and in_autogroup.autogroup
+    assert in_autogroup.new_session and lowered.in_autogroup(19, autogroups=True)
+    assert not lowered.in_autogroup(0, autogroups=True)
     assert in_autogroup.argv[0] == "sh" and in_autogroup.argv[-len(plain) :] == plain
     from benchmarks.__main__ import parse, settings_from
 
@@ -258,7 +259,7 @@ def test_a_lowered_command_runs_at_its_niceness_in_its_session_s_autogroup():
         start_new_session=command.new_session,
     )
     assert "nice 7" in done.stdout.splitlines()[-1]
-    if command.autogroup:
+    if command.new_session:
         ours = Path("/proc/self/autogroup").read_text().split()
         group, _, nice = done.stdout.splitlines()[0].split()
         assert group != ours[0] and nice == "7", done.stdout  # its own group, lowered
