@@ -38,6 +38,7 @@ import os
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import (
@@ -71,6 +72,13 @@ class OwnerSearch:
 
     Pure decisions, shared by the sync router and its asyncio twin; the caller pauses and
     talks to the cluster client.
+
+    A redirect (``-MOVED``, ``-ASK``, ``-TRYAGAIN``) is an answer, not a failure of Redis: a
+    cluster resharding or failing over, or a slot map not yet told of it, sends the subscribe
+    elsewhere. The next node then has at least a read's deadline of its own (``REDIRECTED``
+    times at most), however little the first one left of the caller's time: a fill gives its
+    subscribe one read's deadline, and a ``-MOVED`` that came late in it must not make a
+    healthy cluster read as an outage (``ON_REDIS_ERROR``, a second load).
     """
 
     #: The errors after which the subscribe is tried again on the slot's (new) owner.
@@ -78,34 +86,75 @@ class OwnerSearch:
     #: Of those, the ones that say the owner did not answer (refused, reset, or too slow to
     #: connect or confirm within one attempt's time): it may be failing over.
     UNREACHABLE = (RedisConnectionError, RedisTimeoutError)
+    #: How many redirects may each give the next node a read's deadline past the caller's
+    #: time: a stale slot map is corrected by one ``-MOVED``; nodes that send a subscribe back
+    #: and forth while their views converge must not hold it longer than a few reads.
+    REDIRECTED = 3
 
-    def __init__(self, name: bytes, timeout: float | None, failures: FailureLog) -> None:
-        self.ack = Ack(name, timeout, "SSUBSCRIBE")
-        self._backoff = Backoff()  # this call's attempts; a -MOVED followed at once costs no pause
+    def __init__(
+        self,
+        name: bytes,
+        timeout: float | None,
+        failures: FailureLog,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        rand: Callable[[], float] | None = None,
+    ) -> None:
+        self.ack = Ack(name, timeout, "SSUBSCRIBE", clock=clock)
+        # This call's attempts; a -MOVED followed at once costs no pause.
+        self._backoff = Backoff(clock=clock, rand=rand)
         self._failures = failures
+        self._clock = clock
+        self._first: RedisError | None = None  # what the first failed attempt raised
+        self._failed = 0  # attempts failed so far
+        self._redirects = 0
 
     def left(self) -> float:
         """The time the next attempt on a node's notifier may take."""
-        return max(self.ack.deadline - time.monotonic(), 0.001)
+        return max(self.ack.deadline - self._clock(), 0.001)
 
-    def failed(self, error: RedisError) -> tuple[float, bool]:
+    def failed(self, error: RedisError, read_deadline: float) -> tuple[float, bool]:
         """Return (the pause before the next attempt, whether to learn the cluster's slots
-        again after it) for an attempt that failed with one of ``RETRIED``.
+        again after it) for an attempt that failed with one of ``RETRIED`` on a node whose
+        reads have ``read_deadline``.
 
         Logged at a bounded rate, unless it is the call's first re-route (a ``-MOVED`` or
         ``-ASK`` followed at once). An unreachable owner (``UNREACHABLE``: that includes the
-        caller's own time running out) raises ``error`` when the pause would
-        outlast the caller's time; after the pause, the owner may be gone (a failover), so the
-        slots are learnt again.
+        caller's own time running out) raises when the pause would outlast the caller's time;
+        after the pause, the owner may be gone (a failover), so the slots are learnt again.
         """
+        self._failed += 1
+        if self._first is None:
+            self._first = error
         rerouted = isinstance(error, (MovedError, AskError)) and self._backoff.failures == 0
         if not rerouted:
             self._failures.failed(error)
         pause = self._backoff.next_delay()
         unreachable = isinstance(error, self.UNREACHABLE)
-        if unreachable and time.monotonic() + pause >= self.ack.deadline:
-            raise error
-        return max(min(pause, self.ack.deadline - time.monotonic()), 0), unreachable
+        if not unreachable and self._redirects < self.REDIRECTED:
+            self._redirects += 1
+            self.ack.extend(pause + min(self.ack.timeout, read_deadline))
+        now = self._clock()
+        if unreachable and now + pause >= self.ack.deadline:
+            raise self.gave_up(error)
+        return max(min(pause, self.ack.deadline - now), 0), unreachable
+
+    def next_try(self) -> None:
+        """Before the next attempt: raise (``gave_up``) if the search's time is over."""
+        try:
+            self.ack.next_try()
+        except RedisTimeoutError as exc:
+            raise self.gave_up(exc) from None
+
+    def gave_up(self, error: RedisError) -> RedisError:
+        """Return ``error``, which ends the search, telling how the search went: its first
+        failure is often the cause (a slot map that named a node that did not answer)."""
+        if self._failed < 2 or self._first is None or self._first is error:
+            return error
+        return type(error)(
+            f"{error} (after {self._failed} failed attempts on the slot's owners; the first "
+            f"failed with {type(self._first).__name__}: {self._first})"
+        )
 
 
 class RouterBase:
@@ -213,22 +262,22 @@ class ShardedNotifiers(RouterBase):
         search = self._search(name, timeout)
         while True:
             cluster = self._cluster_client()
-            node = cluster.get_node_from_key(name)
+            notifier = self._notifier_of(cluster.get_node_from_key(name))
             try:
-                return self._notifier_of(node).subscribe(name, timeout=search.left())
+                return notifier.subscribe(name, timeout=search.left())
             except OwnerSearch.RETRIED as exc:
                 error: RedisError = exc
                 if isinstance(exc, MovedError):
                     self._moved(name, exc)
                     cluster.nodes_manager.move_slot(exc)
-            pause, relearn = search.failed(error)
+            pause, relearn = search.failed(error, notifier.read_deadline)
             time.sleep(pause)
             if relearn:
                 try:
                     cluster.nodes_manager.initialize()
                 except TOPOLOGY_ERRORS as exc:
                     self._relearn_failed(exc)
-            search.ack.next_try()
+            search.next_try()
 
     def _notifier_of(self, node: Any) -> Notifier:
         notifier = self._notifiers.get(node.name)

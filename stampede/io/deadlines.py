@@ -86,7 +86,12 @@ def retry_once(errors: Any = None, *, on_asyncio: bool = False) -> dict[str, Any
 def of(client: Any) -> float:
     """Return the read deadline of ``client``'s connections (``DEADLINE`` where it has none)."""
     pool = getattr(client, "connection_pool", None)
-    kwargs = getattr(pool, "connection_kwargs", None) or {}
+    return of_connections(getattr(pool, "connection_kwargs", None) or {})
+
+
+def of_connections(kwargs: dict[str, Any]) -> float:
+    """Return the read deadline of connections made with ``kwargs`` (``DEADLINE`` where they
+    set none)."""
     seconds = kwargs.get("socket_timeout")
     return DEADLINE if seconds is None else float(seconds)
 

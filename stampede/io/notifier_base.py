@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -23,7 +24,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.reconnect import Reconnects
-from . import factory
+from . import deadlines, factory
 from .channels import (
     PLAIN,
     ChannelBook,
@@ -42,20 +43,33 @@ ACK_TIMEOUT = 10.0
 class Ack:
     """The time one subscribe has for Redis to confirm it (``ACK_TIMEOUT`` if None given)."""
 
-    __slots__ = ("command", "deadline", "name", "timeout")
+    __slots__ = ("_clock", "_started", "command", "deadline", "name", "timeout")
 
-    def __init__(self, name: bytes, timeout: float | None, command: str = "SUBSCRIBE") -> None:
+    def __init__(
+        self,
+        name: bytes,
+        timeout: float | None,
+        command: str = "SUBSCRIBE",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.name = name
         self.command = command
         self.timeout = ACK_TIMEOUT if timeout is None else timeout
-        self.deadline = time.monotonic() + self.timeout
+        self._clock = clock
+        self._started = clock()
+        self.deadline = self._started + self.timeout
 
     def left(self) -> float:
-        return max(self.deadline - time.monotonic(), 0)
+        return max(self.deadline - self._clock(), 0)
+
+    def extend(self, seconds: float) -> None:
+        """Give the subscribe at least ``seconds`` from now (never less than it had)."""
+        self.deadline = max(self.deadline, self._clock() + seconds)
+        self.timeout = self.deadline - self._started
 
     def next_try(self) -> float:
         """Return the time left for one more attempt; raise ``expired()`` if none is."""
-        left = self.deadline - time.monotonic()
+        left = self.deadline - self._clock()
         if left <= 0:
             raise self.expired()
         return left
@@ -63,7 +77,7 @@ class Ack:
     def expired(self) -> RedisTimeoutError:
         # A Redis error, whichever notifier raises it: the caller's on_redis_error applies.
         return RedisTimeoutError(
-            f"Redis did not confirm {self.command} {self.name!r} in {self.timeout}s"
+            f"Redis did not confirm {self.command} {self.name!r} in {self.timeout:g}s"
         )
 
 
@@ -131,6 +145,7 @@ class NotifierBase:
         self._connection_class = connection_class
         self._connection_kwargs = listener_connection_kwargs(connection_class, connection_kwargs)
         self._timeouts = ConnectTimeouts.of_pool(connection_class, connection_kwargs)
+        self._read_deadline = deadlines.of_connections(connection_kwargs)
         self._commands = commands
         self._book = ChannelBook(
             self._new_event,
@@ -141,6 +156,13 @@ class NotifierBase:
         self._connecting = False  # someone is connecting: nobody else may (one at a time)
         self._closed = False
         self._init_waiting()
+
+    @property
+    def read_deadline(self) -> float:
+        """A read's deadline on this notifier's connections (``deadlines.of_connections``), as
+        a fill bounds its subscribe by (``deadlines.of``): what a cluster search gives the next
+        node after a redirect (``cluster.OwnerSearch``)."""
+        return self._read_deadline
 
     def _init_waiting(self) -> None:
         """Make the subclass's own waiting primitives (a lock and a condition, or an event)."""

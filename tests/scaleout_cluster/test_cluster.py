@@ -278,6 +278,70 @@ def test_the_subscription_is_made_on_the_node_that_owns_the_slot(cluster, cluste
         subscription.close()
 
 
+def test_a_subscribe_sent_by_a_stale_slot_map_follows_the_moved_to_the_owner(
+    cluster, cluster_url, pubsub
+):
+    """A client whose slot map is stale (a reshard or a failover it has not seen) sends the
+    SSUBSCRIBE to a node that answers ``-MOVED``: the subscription is made on the owner, within
+    the caller's time, and the owner's publish wakes it."""
+    from stampede.io._sync.notify import notifier_for
+
+    if pubsub != "sharded":
+        pytest.skip("a plain SUBSCRIBE is taken by any node: nothing redirects it")
+    channel = keys.done_channel("stale-map")
+    owner = cluster.get_node_from_key(channel)
+    stale = next(node for node in cluster.get_primaries() if node.name != owner.name)
+    cluster.nodes_manager.slots_cache[_slot(channel)] = [stale]  # the map names another node
+    moved_before = moved_replies_of(stale)
+
+    subscription = notifier_for(cluster).subscribe(channel, timeout=10)
+    try:
+        assert moved_replies_of(stale) == moved_before + 1  # it was asked first, and redirected
+        assert cluster.get_node_from_key(channel).name == owner.name  # the map learnt the owner
+        [(_, count)] = [tuple(pair) for pair in _pairs(owner, "PUBSUB SHARDNUMSUB", channel)]
+        assert int(count) == 1
+        publish(cluster, channel, b"hello", pubsub)
+        assert subscription.wait(10)
+        assert subscription.message == b"hello"
+    finally:
+        subscription.close()
+
+
+def test_the_asyncio_twin_follows_the_moved_of_a_stale_slot_map(cluster, cluster_url, pubsub):
+    from stampede.io._async.notify import notifier_for
+
+    if pubsub != "sharded":
+        pytest.skip("a plain SUBSCRIBE is taken by any node: nothing redirects it")
+    channel = keys.done_channel("stale-map-aio")
+    owner = cluster.get_node_from_key(channel)
+    stale = next(node for node in cluster.get_primaries() if node.name != owner.name)
+    moved_before = moved_replies_of(stale)
+
+    async def main() -> bytes | None:
+        client = AsyncRedisCluster.from_url(cluster_url)
+        try:
+            await client.initialize()
+            [stale_node] = [n for n in client.get_primaries() if n.name == stale.name]
+            client.nodes_manager.slots_cache[_slot(channel)] = [stale_node]
+            subscription = await notifier_for(client).subscribe(channel, timeout=10)
+            try:
+                publish(cluster, channel, b"hello", pubsub)
+                assert await subscription.wait(10)
+                return subscription.message
+            finally:
+                await subscription.close()
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(main()) == b"hello"
+    assert moved_replies_of(stale) == moved_before + 1
+
+
+def moved_replies_of(node) -> int:
+    stats = node.redis_connection.info("errorstats")
+    return int(stats.get("errorstat_MOVED", {}).get("count", 0))
+
+
 def test_the_asyncio_twin_is_woken_through_the_cluster(cluster, cluster_url, pubsub):
     async def main() -> tuple[object, ...]:
         client = AsyncRedisCluster.from_url(cluster_url)

@@ -288,23 +288,22 @@ class ShardedNotifiers(RouterBase):
         while True:
             cluster = self._cluster_client()
             await cluster.initialize()  # an asyncio cluster learns its slots on first use
-            node = cluster.get_node_from_key(name)
+            notifier = self._notifier_of(cluster.get_node_from_key(name), cluster)
             try:
-                notifier = self._notifier_of(node, cluster)
                 return await notifier.subscribe(name, timeout=search.left())
             except OwnerSearch.RETRIED as exc:
                 error: RedisError = exc
                 if isinstance(exc, MovedError):
                     self._moved(name, exc)
                     await cluster.nodes_manager.move_slot(exc)
-            pause, relearn = search.failed(error)
+            pause, relearn = search.failed(error, notifier.read_deadline)
             await asyncio.sleep(pause)
             if relearn:
                 try:
                     await cluster.nodes_manager.initialize()
                 except TOPOLOGY_ERRORS as exc:
                     self._relearn_failed(exc)
-            search.ack.next_try()
+            search.next_try()
 
     def _notifier_of(self, node: Any, cluster: Any) -> Notifier:
         notifier = self._notifiers.get(node.name)
