@@ -245,6 +245,18 @@ def end_children(children: Iterable[Any], grace: float) -> None:
             child.join(10)
 
 
+class ManualClock:
+    """A monotonic clock that moves only when the test moves it (``clock.now += seconds``):
+    for the pure decisions that take their clock as an argument (back-off, outage, near cache,
+    a subscribe's time)."""
+
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def shifted_clock(shift: list[float]) -> Clock:
     """The real clock, ``shift[0]`` seconds off on the wall: soft expiry without waiting.
 

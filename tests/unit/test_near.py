@@ -7,14 +7,7 @@ import pytest
 from stampede.core import near as near_module
 from stampede.core.near import NearCache, NearOptions
 from stampede.io.tracking import covering
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.helpers import ManualClock
 
 
 @pytest.fixture
@@ -80,7 +73,7 @@ def test_nothing_is_kept_while_disarmed(near):
 
 
 def test_copies_live_at_most_ttl_and_maxsize():
-    clock = Clock()
+    clock = ManualClock(0.0)
     near = NearCache(3, 1.0, timer=clock)
     near.arm()
     for key in "abcd":
@@ -91,7 +84,7 @@ def test_copies_live_at_most_ttl_and_maxsize():
 
 
 def test_a_copy_dies_with_its_key():
-    clock = Clock()
+    clock = ManualClock(0.0)
     near = NearCache(10, 60.0, timer=clock)
     near.arm()
     near.admit("short", b"s", near.mark(), 0.5)  # the key had 0.5 s left when read

@@ -15,21 +15,14 @@ from stampede.core.missing import MISSING
 from stampede.core.outage import Outage
 from stampede.core.private import DontCache
 from stampede.core.reconnect import HEALTHY
+from tests.helpers import ManualClock
 
 KEY = CacheKey.of("k")
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clock():
-    return Clock()
+    return ManualClock()
 
 
 def down(outage: Outage, during: str = "Read") -> StoreUnavailable:

@@ -18,24 +18,17 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from stampede.core.reconnect import FailureLog
 from stampede.io.cluster import OwnerSearch
 from stampede.io.notifier_base import Ack
+from tests.helpers import ManualClock
 
 READ_DEADLINE = 1.0
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> ManualClock:
+    return ManualClock()
 
 
-def search(clock: Clock, timeout: float = READ_DEADLINE) -> OwnerSearch:
+def search(clock: ManualClock, timeout: float = READ_DEADLINE) -> OwnerSearch:
     failures = FailureLog(logging.getLogger("tests.owner_search"), "subscribing")
     return OwnerSearch(b"{k}:done", timeout, failures, clock=clock, rand=lambda: 0.0)
 

@@ -10,19 +10,12 @@ import logging
 import pytest
 
 from stampede.core.reconnect import Backoff, FailureLog, Reconnects
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.helpers import ManualClock
 
 
 @pytest.mark.parametrize("draw", [0.0, 0.5, 1.0])
 def test_pauses_double_from_the_base_to_the_cap_with_at_least_half_of_each(draw):
-    backoff = Backoff(base=0.1, cap=5.0, healthy=10.0, clock=Clock(), rand=lambda: draw)
+    backoff = Backoff(base=0.1, cap=5.0, healthy=10.0, clock=ManualClock(1000.0), rand=lambda: draw)
     pauses = [backoff.next_delay() for _ in range(10)]
     full = [0.0, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0]
     assert pauses == pytest.approx([p / 2 + draw * p / 2 for p in full])
@@ -30,14 +23,14 @@ def test_pauses_double_from_the_base_to_the_cap_with_at_least_half_of_each(draw)
 
 def test_the_loops_pauses_grow_from_a_tenth_of_a_second_to_five_seconds():
     """The module's values, read when a Backoff is built (the loops build theirs so)."""
-    backoff = Backoff(clock=Clock(), rand=lambda: 1.0)
+    backoff = Backoff(clock=ManualClock(1000.0), rand=lambda: 1.0)
     pauses = [backoff.next_delay() for _ in range(10)]
     assert pauses == pytest.approx([0.0, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0, 5.0])
     assert backoff.healthy == 10.0
 
 
 def test_a_confirmation_alone_does_not_reset_the_pauses():
-    clock = Clock()
+    clock = ManualClock(1000.0)
     backoff = Backoff(base=0.1, cap=5.0, healthy=10.0, clock=clock, rand=lambda: 1.0)
     pauses = []
     for _ in range(6):  # confirmed, then dropped 1 s later, again and again
@@ -48,7 +41,7 @@ def test_a_confirmation_alone_does_not_reset_the_pauses():
 
 
 def test_a_connection_healthy_for_long_enough_makes_the_next_failure_free():
-    clock = Clock()
+    clock = ManualClock(1000.0)
     backoff = Backoff(base=0.1, cap=5.0, healthy=10.0, clock=clock, rand=lambda: 1.0)
     for _ in range(5):
         backoff.next_delay()
@@ -63,7 +56,7 @@ def test_a_connection_healthy_for_long_enough_makes_the_next_failure_free():
 
 
 def test_up_keeps_the_time_of_the_first_confirmation():
-    clock = Clock()
+    clock = ManualClock(1000.0)
     backoff = Backoff(base=0.1, cap=5.0, healthy=10.0, clock=clock, rand=lambda: 1.0)
     backoff.next_delay()
     backoff.up()
@@ -74,7 +67,7 @@ def test_up_keeps_the_time_of_the_first_confirmation():
 
 
 def test_the_failure_log_writes_the_first_line_then_one_per_period_with_a_count(caplog):
-    clock = Clock()
+    clock = ManualClock(1000.0)
     log = FailureLog(logging.getLogger("test.reconnect"), "the thing", every=30.0, clock=clock)
     caplog.set_level(logging.DEBUG, "test.reconnect")
     written = []
@@ -90,7 +83,7 @@ def test_the_failure_log_writes_the_first_line_then_one_per_period_with_a_count(
 
 
 def test_a_new_outage_is_logged_at_once(caplog):
-    clock = Clock()
+    clock = ManualClock(1000.0)
     log = FailureLog(logging.getLogger("test.reconnect"), "the thing", every=30.0, clock=clock)
     caplog.set_level(logging.DEBUG, "test.reconnect")
     assert log.failed("down")
@@ -102,7 +95,9 @@ def test_a_new_outage_is_logged_at_once(caplog):
 
 def test_an_unexpected_error_is_logged_with_its_traceback(caplog):
     caplog.set_level(logging.DEBUG, "test.reconnect")
-    reconnects = Reconnects(logging.getLogger("test.reconnect"), "the thing", clock=Clock())
+    reconnects = Reconnects(
+        logging.getLogger("test.reconnect"), "the thing", clock=ManualClock(1000.0)
+    )
     try:
         raise TypeError("a bug")
     except TypeError as exc:
