@@ -53,6 +53,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.process import PerProcess
 from ..core.reconnect import Backoff, FailureLog
+from . import deadlines
 from .channels import channel_name
 from .clients import connection_pool_of
 from .cluster_pubsub import pubsub_of
@@ -96,6 +97,7 @@ class OwnerSearch:
         name: bytes,
         timeout: float | None,
         failures: FailureLog,
+        read_deadline: float,
         *,
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] | None = None,
@@ -104,6 +106,7 @@ class OwnerSearch:
         # This call's attempts; a -MOVED followed at once costs no pause.
         self._backoff = Backoff(clock=clock, rand=rand)
         self._failures = failures
+        self._read_deadline = read_deadline  # of the cluster's connections: what a node gets
         self._clock = clock
         self._first: RedisError | None = None  # what the first failed attempt raised
         self._failed = 0  # attempts failed so far
@@ -113,10 +116,9 @@ class OwnerSearch:
         """The time the next attempt on a node's notifier may take."""
         return max(self.ack.deadline - self._clock(), 0.001)
 
-    def failed(self, error: RedisError, read_deadline: float) -> tuple[float, bool]:
+    def failed(self, error: RedisError) -> tuple[float, bool]:
         """Return (the pause before the next attempt, whether to learn the cluster's slots
-        again after it) for an attempt that failed with one of ``RETRIED`` on a node whose
-        reads have ``read_deadline``.
+        again after it) for an attempt that failed with one of ``RETRIED``.
 
         Logged at a bounded rate, unless it is the call's first re-route (a ``-MOVED`` or
         ``-ASK`` followed at once). An unreachable owner (``UNREACHABLE``: that includes the
@@ -133,7 +135,7 @@ class OwnerSearch:
         unreachable = isinstance(error, self.UNREACHABLE)
         if not unreachable and self._redirects < self.REDIRECTED:
             self._redirects += 1
-            self.ack.extend(pause + min(self.ack.timeout, read_deadline))
+            self.ack.extend(pause + min(self.ack.timeout, self._read_deadline))
         now = self._clock()
         if unreachable and now + pause >= self.ack.deadline:
             raise self.gave_up(error)
@@ -175,7 +177,9 @@ class RouterBase:
         return cluster
 
     def _search(self, name: bytes, timeout: float | None) -> OwnerSearch:
-        return OwnerSearch(name, timeout, self._failures)
+        manager = getattr(self._cluster_client(), "nodes_manager", None)
+        kwargs = getattr(manager, "connection_kwargs", None) or {}
+        return OwnerSearch(name, timeout, self._failures, deadlines.of_connections(kwargs))
 
     def _moved(self, name: bytes, error: MovedError) -> None:
         self._log.debug("SSUBSCRIBE %r moved to %s:%s", name, error.host, error.port)
@@ -262,15 +266,15 @@ class ShardedNotifiers(RouterBase):
         search = self._search(name, timeout)
         while True:
             cluster = self._cluster_client()
-            notifier = self._notifier_of(cluster.get_node_from_key(name))
+            node = cluster.get_node_from_key(name)
             try:
-                return notifier.subscribe(name, timeout=search.left())
+                return self._notifier_of(node).subscribe(name, timeout=search.left())
             except OwnerSearch.RETRIED as exc:
                 error: RedisError = exc
                 if isinstance(exc, MovedError):
                     self._moved(name, exc)
                     cluster.nodes_manager.move_slot(exc)
-            pause, relearn = search.failed(error, notifier.read_deadline)
+            pause, relearn = search.failed(error)
             time.sleep(pause)
             if relearn:
                 try:

@@ -24,7 +24,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..core.reconnect import Reconnects
-from . import deadlines, factory
+from . import factory
 from .channels import (
     PLAIN,
     ChannelBook,
@@ -145,7 +145,6 @@ class NotifierBase:
         self._connection_class = connection_class
         self._connection_kwargs = listener_connection_kwargs(connection_class, connection_kwargs)
         self._timeouts = ConnectTimeouts.of_pool(connection_class, connection_kwargs)
-        self._read_deadline = deadlines.of_connections(connection_kwargs)
         self._commands = commands
         self._book = ChannelBook(
             self._new_event,
@@ -156,13 +155,6 @@ class NotifierBase:
         self._connecting = False  # someone is connecting: nobody else may (one at a time)
         self._closed = False
         self._init_waiting()
-
-    @property
-    def read_deadline(self) -> float:
-        """A read's deadline on this notifier's connections (``deadlines.of_connections``), as
-        a fill bounds its subscribe by (``deadlines.of``): what a cluster search gives the next
-        node after a redirect (``cluster.OwnerSearch``)."""
-        return self._read_deadline
 
     def _init_waiting(self) -> None:
         """Make the subclass's own waiting primitives (a lock and a condition, or an event)."""

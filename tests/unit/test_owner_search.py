@@ -30,7 +30,7 @@ def clock() -> ManualClock:
 
 def search(clock: ManualClock, timeout: float = READ_DEADLINE) -> OwnerSearch:
     failures = FailureLog(logging.getLogger("tests.owner_search"), "subscribing")
-    return OwnerSearch(b"{k}:done", timeout, failures, clock=clock, rand=lambda: 0.0)
+    return OwnerSearch(b"{k}:done", timeout, failures, READ_DEADLINE, clock=clock, rand=lambda: 0.0)
 
 
 def moved() -> MovedError:
@@ -58,7 +58,7 @@ def test_an_owner_silent_for_the_callers_time_ends_the_search(clock):
     clock.now += READ_DEADLINE
 
     with pytest.raises(RedisTimeoutError) as raised:
-        owner.failed(silent(READ_DEADLINE), READ_DEADLINE)
+        owner.failed(silent(READ_DEADLINE))
 
     assert "failed attempts" not in str(raised.value)  # one attempt: its own error
 
@@ -70,7 +70,7 @@ def test_a_redirect_late_in_a_fill_s_read_deadline_leaves_the_owner_a_read_of_it
     owner = search(clock)
     clock.now += 0.999 * READ_DEADLINE
 
-    assert owner.failed(moved(), READ_DEADLINE) == (0.0, False)  # followed at once
+    assert owner.failed(moved()) == (0.0, False)  # followed at once
     assert owner.left() == pytest.approx(READ_DEADLINE)
     owner.next_try()
 
@@ -78,11 +78,11 @@ def test_a_redirect_late_in_a_fill_s_read_deadline_leaves_the_owner_a_read_of_it
 def test_an_unreachable_owner_after_a_redirect_ends_the_search_with_how_it_went(clock):
     owner = search(clock)
     clock.now += 0.5
-    owner.failed(moved(), READ_DEADLINE)
+    owner.failed(moved())
     clock.now += READ_DEADLINE
 
     with pytest.raises(RedisTimeoutError) as raised:
-        owner.failed(silent(READ_DEADLINE), READ_DEADLINE)
+        owner.failed(silent(READ_DEADLINE))
 
     message = str(raised.value)
     assert "after 2 failed attempts" in message
@@ -93,10 +93,10 @@ def test_redirects_extend_the_search_a_bounded_number_of_times(clock):
     owner = search(clock)
     for _ in range(OwnerSearch.REDIRECTED):
         clock.now += 0.9 * READ_DEADLINE
-        owner.failed(moved(), READ_DEADLINE)
+        owner.failed(moved())
         owner.next_try()
     clock.now += 0.9 * READ_DEADLINE
-    pause, _ = owner.failed(moved(), READ_DEADLINE)  # extends no more
+    pause, _ = owner.failed(moved())  # extends no more
     clock.now += pause + 0.1 * READ_DEADLINE
 
     with pytest.raises(RedisTimeoutError, match="did not confirm SSUBSCRIBE"):
@@ -106,8 +106,8 @@ def test_redirects_extend_the_search_a_bounded_number_of_times(clock):
 def test_a_caller_with_a_long_wait_keeps_it_and_gains_nothing_from_a_redirect(clock):
     owner = search(clock, timeout=20.0)
     clock.now += 0.5
-    owner.failed(moved(), READ_DEADLINE)
+    owner.failed(moved())
     assert owner.left() == pytest.approx(19.5)
     clock.now += 1.0
-    pause, relearn = owner.failed(RedisConnectionError("refused"), READ_DEADLINE)
+    pause, relearn = owner.failed(RedisConnectionError("refused"))
     assert relearn and pause == pytest.approx(0.05)  # a failover may be under way: ride it out

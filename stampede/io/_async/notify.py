@@ -288,15 +288,16 @@ class ShardedNotifiers(RouterBase):
         while True:
             cluster = self._cluster_client()
             await cluster.initialize()  # an asyncio cluster learns its slots on first use
-            notifier = self._notifier_of(cluster.get_node_from_key(name), cluster)
+            node = cluster.get_node_from_key(name)
             try:
+                notifier = self._notifier_of(node, cluster)
                 return await notifier.subscribe(name, timeout=search.left())
             except OwnerSearch.RETRIED as exc:
                 error: RedisError = exc
                 if isinstance(exc, MovedError):
                     self._moved(name, exc)
                     await cluster.nodes_manager.move_slot(exc)
-            pause, relearn = search.failed(error, notifier.read_deadline)
+            pause, relearn = search.failed(error)
             await asyncio.sleep(pause)
             if relearn:
                 try:
