@@ -39,7 +39,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from redis.exceptions import (
     AskError,
@@ -76,10 +76,11 @@ class OwnerSearch:
 
     A redirect (``-MOVED``, ``-ASK``, ``-TRYAGAIN``) is an answer, not a failure of Redis: a
     cluster resharding or failing over, or a slot map not yet told of it, sends the subscribe
-    elsewhere. The next node then has at least a read's deadline of its own (``REDIRECTED``
-    times at most), however little the first one left of the caller's time: a fill gives its
-    subscribe one read's deadline, and a ``-MOVED`` that came late in it must not make a
-    healthy cluster read as an outage (``ON_REDIS_ERROR``, a second load).
+    elsewhere. The next node then gets as long as the caller gave the first (a read's deadline
+    at most), however little the first left: a fill gives its subscribe one read's deadline,
+    and a ``-MOVED`` that came late in it must not make a healthy cluster read as an outage
+    (``ON_REDIS_ERROR``, a second load). ``REDIRECTED`` such extensions at most, so a search
+    takes no longer than the caller's time plus that many, and the pauses between them.
     """
 
     #: The errors after which the subscribe is tried again on the slot's (new) owner.
@@ -87,9 +88,9 @@ class OwnerSearch:
     #: Of those, the ones that say the owner did not answer (refused, reset, or too slow to
     #: connect or confirm within one attempt's time): it may be failing over.
     UNREACHABLE = (RedisConnectionError, RedisTimeoutError)
-    #: How many redirects may each give the next node a read's deadline past the caller's
-    #: time: a stale slot map is corrected by one ``-MOVED``; nodes that send a subscribe back
-    #: and forth while their views converge must not hold it longer than a few reads.
+    #: How many redirects may give the next node time past the caller's: a stale slot map is
+    #: corrected by one ``-MOVED``; nodes that send a subscribe back and forth while their
+    #: views converge must not hold it longer than a few reads.
     REDIRECTED = 3
 
     def __init__(
@@ -103,14 +104,16 @@ class OwnerSearch:
         rand: Callable[[], float] | None = None,
     ) -> None:
         self.ack = Ack(name, timeout, "SSUBSCRIBE", clock=clock)
+        # What a node gets after a redirect: what the caller gave the first, a read's deadline
+        # (of the cluster's connections) at most.
+        self._per_node = min(self.ack.timeout, read_deadline)
         # This call's attempts; a -MOVED followed at once costs no pause.
         self._backoff = Backoff(clock=clock, rand=rand)
         self._failures = failures
-        self._read_deadline = read_deadline  # of the cluster's connections: what a node gets
         self._clock = clock
         self._first: RedisError | None = None  # what the first failed attempt raised
         self._failed = 0  # attempts failed so far
-        self._redirects = 0
+        self._extended = 0  # redirects that gave the search time past the caller's
 
     def left(self) -> float:
         """The time the next attempt on a node's notifier may take."""
@@ -122,8 +125,9 @@ class OwnerSearch:
 
         Logged at a bounded rate, unless it is the call's first re-route (a ``-MOVED`` or
         ``-ASK`` followed at once). An unreachable owner (``UNREACHABLE``: that includes the
-        caller's own time running out) raises when the pause would outlast the caller's time;
-        after the pause, the owner may be gone (a failover), so the slots are learnt again.
+        caller's own time running out) raises (``give_up``) when the pause would outlast the
+        search's time; after the pause, the owner may be gone (a failover), so the slots are
+        learnt again.
         """
         self._failed += 1
         if self._first is None:
@@ -133,30 +137,32 @@ class OwnerSearch:
             self._failures.failed(error)
         pause = self._backoff.next_delay()
         unreachable = isinstance(error, self.UNREACHABLE)
-        if not unreachable and self._redirects < self.REDIRECTED:
-            self._redirects += 1
-            self.ack.extend(pause + min(self.ack.timeout, self._read_deadline))
+        extends = not unreachable and self._extended < self.REDIRECTED
+        if extends and self.ack.extend(pause + self._per_node):
+            self._extended += 1
         now = self._clock()
         if unreachable and now + pause >= self.ack.deadline:
-            raise self.gave_up(error)
+            self.give_up(error)
         return max(min(pause, self.ack.deadline - now), 0), unreachable
 
     def next_try(self) -> None:
-        """Before the next attempt: raise (``gave_up``) if the search's time is over."""
-        try:
-            self.ack.next_try()
-        except RedisTimeoutError as exc:
-            raise self.gave_up(exc) from None
+        """Before the next attempt: raise (``give_up``) if the search's time is over."""
+        if self.ack.left() <= 0:
+            self.give_up(self.ack.expired())
 
-    def gave_up(self, error: RedisError) -> RedisError:
-        """Return ``error``, which ends the search, telling how the search went: its first
-        failure is often the cause (a slot map that named a node that did not answer)."""
+    def give_up(self, error: RedisError) -> NoReturn:
+        """End the search with ``error``, telling how it went when it took several attempts:
+        the first failure is often the cause (a slot map that named a node that did not
+        answer). The error keeps its type (the outage rules read it), ``error`` its cause."""
         if self._failed < 2 or self._first is None or self._first is error:
-            return error
-        return type(error)(
-            f"{error} (after {self._failed} failed attempts on the slot's owners; the first "
-            f"failed with {type(self._first).__name__}: {self._first})"
-        )
+            raise error
+        told = f"{error} (after {self._failed} failed attempts on the slot's owners; the first "
+        told += f"failed with {type(self._first).__name__}: {self._first})"
+        try:
+            ended = type(error)(told)
+        except TypeError:  # an error class that takes more than a message: as it is
+            raise error from None
+        raise ended from error
 
 
 class RouterBase:
@@ -262,7 +268,8 @@ class ShardedNotifiers(RouterBase):
 
     def subscribe_on_owner(self, name: bytes, timeout: float | None) -> Subscription:
         """Return a confirmed subscription to ``name`` made on its slot's owner, following
-        ``-MOVED`` replies (and waiting out ``-ASK``/``-TRYAGAIN``) within ``timeout``."""
+        ``-MOVED`` replies (and waiting out ``-ASK``/``-TRYAGAIN``) within ``timeout``, and
+        the time a redirect gives the next node past it (``OwnerSearch``)."""
         search = self._search(name, timeout)
         while True:
             cluster = self._cluster_client()

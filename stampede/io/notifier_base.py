@@ -41,7 +41,8 @@ ACK_TIMEOUT = 10.0
 
 
 class Ack:
-    """The time one subscribe has for Redis to confirm it (``ACK_TIMEOUT`` if None given)."""
+    """The time one subscribe has for Redis to confirm it: ``timeout`` (``ACK_TIMEOUT`` if
+    None given), and what ``extend`` added to it since."""
 
     __slots__ = ("_clock", "_started", "command", "deadline", "name", "timeout")
 
@@ -62,10 +63,15 @@ class Ack:
     def left(self) -> float:
         return max(self.deadline - self._clock(), 0)
 
-    def extend(self, seconds: float) -> None:
-        """Give the subscribe at least ``seconds`` from now (never less than it had)."""
-        self.deadline = max(self.deadline, self._clock() + seconds)
-        self.timeout = self.deadline - self._started
+    def extend(self, seconds: float) -> bool:
+        """Give the subscribe at least ``seconds`` from now; return whether that moved its
+        deadline (it never gets less than it had). ``timeout`` is then all it was given."""
+        deadline = self._clock() + seconds
+        if deadline <= self.deadline:
+            return False
+        self.deadline = deadline
+        self.timeout = deadline - self._started
+        return True
 
     def next_try(self) -> float:
         """Return the time left for one more attempt; raise ``expired()`` if none is."""

@@ -288,8 +288,9 @@ def test_a_subscribe_sent_by_a_stale_slot_map_follows_the_moved_to_the_owner(
     cluster, cluster_url, pubsub
 ):
     """A client whose slot map is stale (a reshard or a failover it has not seen) sends the
-    SSUBSCRIBE to a node that answers ``-MOVED``: the subscription is made on the owner, within
-    the caller's time, and the owner's publish wakes it."""
+    SSUBSCRIBE to a node that answers ``-MOVED``: the subscription is made on the owner, and
+    the owner's publish wakes it. (How much time a late redirect leaves the owner is decided
+    by ``OwnerSearch``, on an injected clock: ``tests/unit/test_owner_search.py``.)"""
     from stampede.io._sync.notify import notifier_for
 
     if pubsub != "sharded":
@@ -302,7 +303,9 @@ def test_a_subscribe_sent_by_a_stale_slot_map_follows_the_moved_to_the_owner(
 
     subscription = notifier_for(cluster).subscribe(channel, timeout=10)
     try:
-        assert moved_replies_of(stale) == moved_before + 1  # it was asked first, and redirected
+        assert moved_replies_of(stale) > moved_before  # it was asked first, and redirected
+        [(_, count)] = [tuple(p) for p in _pairs(stale, "PUBSUB SHARDNUMSUB", channel)]
+        assert int(count) == 0  # and kept no subscription there
         assert cluster.get_node_from_key(channel).name == owner.name  # the map learnt the owner
         assert_heard_on_the_owner(cluster, subscription, pubsub)
     finally:
@@ -336,7 +339,7 @@ def test_the_asyncio_twin_follows_the_moved_of_a_stale_slot_map(cluster, cluster
             await client.aclose()
 
     assert asyncio.run(main()) == b"hello"
-    assert moved_replies_of(stale) == moved_before + 1
+    assert moved_replies_of(stale) > moved_before
 
 
 def moved_replies_of(node) -> int:

@@ -1,8 +1,9 @@
 """How long a cluster's subscribe may search for the node that owns its channel's slot.
 
-``cluster.OwnerSearch`` decides, on an injected clock: a silent or unreachable owner ends the
-search within the caller's time (a fill gives it a read's deadline), while a redirect (a node
-that answered ``-MOVED``) is an answer, and leaves the next node a read's deadline of its own.
+``cluster.OwnerSearch`` decides, on an injected clock: an unreachable owner ends the search
+within the caller's time (a fill gives it a read's deadline), while a redirect (a node that
+answered ``-MOVED``) is an answer, and leaves the next node as long as the caller gave the
+first, a read's deadline at most, a bounded number of times.
 The cluster tests follow real redirects (``tests/scaleout_cluster/test_cluster.py``).
 """
 
@@ -28,9 +29,11 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
-def search(clock: ManualClock, timeout: float = READ_DEADLINE) -> OwnerSearch:
+def search(
+    clock: ManualClock, timeout: float = READ_DEADLINE, read_deadline: float = READ_DEADLINE
+) -> OwnerSearch:
     failures = FailureLog(logging.getLogger("tests.owner_search"), "subscribing")
-    return OwnerSearch(b"{k}:done", timeout, failures, READ_DEADLINE, clock=clock, rand=lambda: 0.0)
+    return OwnerSearch(b"{k}:done", timeout, failures, read_deadline, clock=clock, rand=lambda: 0)
 
 
 def moved() -> MovedError:
@@ -45,22 +48,23 @@ def test_a_subscribe_s_time_is_the_caller_s_and_an_extension_never_shortens_it(c
     ack = Ack(b"channel", 3.0, clock=clock)
     assert ack.next_try() == 3.0
     clock.now += 1.0
-    ack.extend(1.0)  # less than it has left: unchanged
+    assert not ack.extend(1.0)  # less than it has left: unchanged
     assert ack.left() == 2.0
     clock.now += 1.5
-    ack.extend(1.0)
+    assert ack.extend(1.0)
     assert ack.left() == 1.0
-    assert "in 3.5s" in str(ack.expired())  # what it had in all
+    assert "in 3.5s" in str(ack.expired())  # what it was given in all
 
 
-def test_an_owner_silent_for_the_callers_time_ends_the_search(clock):
+def test_an_owner_silent_for_the_callers_time_ends_the_search_with_its_own_error(clock):
     owner = search(clock)
     clock.now += READ_DEADLINE
+    error = silent(READ_DEADLINE)
 
     with pytest.raises(RedisTimeoutError) as raised:
-        owner.failed(silent(READ_DEADLINE))
+        owner.failed(error)
 
-    assert "failed attempts" not in str(raised.value)  # one attempt: its own error
+    assert raised.value is error  # one attempt: nothing more to tell
 
 
 def test_a_redirect_late_in_a_fill_s_read_deadline_leaves_the_owner_a_read_of_its_own(clock):
@@ -75,35 +79,59 @@ def test_a_redirect_late_in_a_fill_s_read_deadline_leaves_the_owner_a_read_of_it
     owner.next_try()
 
 
-def test_an_unreachable_owner_after_a_redirect_ends_the_search_with_how_it_went(clock):
+@pytest.mark.parametrize(
+    ("timeout", "read_deadline", "per_node"),
+    [(0.1, READ_DEADLINE, 0.1), (READ_DEADLINE, 10.0, READ_DEADLINE), (20.0, 0.25, 0.25)],
+    ids=["caller-shorter", "read-deadline-longer", "read-deadline-shorter"],
+)
+def test_each_late_redirect_gives_the_next_node_the_callers_time_at_most_a_read(
+    clock, timeout, read_deadline, per_node
+):
+    owner = search(clock, timeout, read_deadline)
+    clock.now += 0.999 * timeout  # the first node answers -MOVED as the caller's time ends
+    for _ in range(OwnerSearch.REDIRECTED):
+        pause, _ = owner.failed(moved())
+        assert owner.left() == pytest.approx(pause + per_node)  # no more, however many
+        clock.now += pause
+        owner.next_try()
+        clock.now += 0.999 * per_node  # the next node, too, redirects late in its time
+    owner.failed(moved())  # one redirect too many: no more time
+    clock.now += 0.002 * per_node
+
+    with pytest.raises(RedisTimeoutError, match="did not confirm SSUBSCRIBE") as raised:
+        owner.next_try()
+    assert f"after {OwnerSearch.REDIRECTED + 1} failed attempts" in str(raised.value)
+
+
+def test_early_redirects_use_up_no_extension(clock):
+    owner = search(clock, timeout=20.0)
+    for _ in range(OwnerSearch.REDIRECTED + 2):
+        clock.now += 0.1
+        owner.failed(moved())  # 20 s left: the next node has time enough
+    assert owner.left() == pytest.approx(20.0 - 0.1 * (OwnerSearch.REDIRECTED + 2))
+
+    clock.now = 100.0 + 19.99  # then one comes late: it still extends
+    owner.failed(moved())
+    assert owner.left() >= READ_DEADLINE
+
+
+def test_an_unreachable_owner_after_a_redirect_ends_the_search_telling_the_first_failure(clock):
     owner = search(clock)
     clock.now += 0.5
     owner.failed(moved())
-    clock.now += READ_DEADLINE
+    clock.now += READ_DEADLINE + 0.5
+    last = silent(READ_DEADLINE)
 
     with pytest.raises(RedisTimeoutError) as raised:
-        owner.failed(silent(READ_DEADLINE))
+        owner.failed(last)
 
     message = str(raised.value)
     assert "after 2 failed attempts" in message
     assert "the first failed with MovedError: 1234 127.0.0.1:7002" in message
+    assert raised.value.__cause__ is last  # the last attempt's own error, with its traceback
 
 
-def test_redirects_extend_the_search_a_bounded_number_of_times(clock):
-    owner = search(clock)
-    for _ in range(OwnerSearch.REDIRECTED):
-        clock.now += 0.9 * READ_DEADLINE
-        owner.failed(moved())
-        owner.next_try()
-    clock.now += 0.9 * READ_DEADLINE
-    pause, _ = owner.failed(moved())  # extends no more
-    clock.now += pause + 0.1 * READ_DEADLINE
-
-    with pytest.raises(RedisTimeoutError, match="did not confirm SSUBSCRIBE"):
-        owner.next_try()
-
-
-def test_a_caller_with_a_long_wait_keeps_it_and_gains_nothing_from_a_redirect(clock):
+def test_a_caller_with_a_long_wait_keeps_it_and_rides_out_an_unreachable_owner(clock):
     owner = search(clock, timeout=20.0)
     clock.now += 0.5
     owner.failed(moved())
