@@ -183,9 +183,8 @@ class RouterBase:
         return cluster
 
     def _search(self, name: bytes, timeout: float | None) -> OwnerSearch:
-        manager = getattr(self._cluster_client(), "nodes_manager", None)
-        kwargs = getattr(manager, "connection_kwargs", None) or {}
-        return OwnerSearch(name, timeout, self._failures, deadlines.of_connections(kwargs))
+        read_deadline = deadlines.of(self._cluster_client())
+        return OwnerSearch(name, timeout, self._failures, read_deadline)
 
     def _moved(self, name: bytes, error: MovedError) -> None:
         self._log.debug("SSUBSCRIBE %r moved to %s:%s", name, error.host, error.port)

@@ -84,15 +84,13 @@ def retry_once(errors: Any = None, *, on_asyncio: bool = False) -> dict[str, Any
 
 
 def of(client: Any) -> float:
-    """Return the read deadline of ``client``'s connections (``DEADLINE`` where it has none)."""
+    """Return the read deadline of ``client``'s connections (``DEADLINE`` where it has none):
+    its pool's, or a cluster client's nodes' (which it has no pool of its own for)."""
     pool = getattr(client, "connection_pool", None)
-    return of_connections(getattr(pool, "connection_kwargs", None) or {})
-
-
-def of_connections(kwargs: dict[str, Any]) -> float:
-    """Return the read deadline of connections made with ``kwargs`` (``DEADLINE`` where they
-    set none)."""
-    seconds = kwargs.get("socket_timeout")
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if kwargs is None:
+        kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", None)
+    seconds = (kwargs or {}).get("socket_timeout")
     return DEADLINE if seconds is None else float(seconds)
 
 

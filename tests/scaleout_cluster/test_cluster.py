@@ -342,6 +342,22 @@ def test_the_asyncio_twin_follows_the_moved_of_a_stale_slot_map(cluster, cluster
     assert moved_replies_of(stale) > moved_before
 
 
+def test_a_cluster_client_s_read_deadline_is_its_nodes_socket_timeout(cluster, cluster_url):
+    """What a fill bounds its steps and its subscribe by, and what a redirect gives the next
+    node (``OwnerSearch``): a cluster client has no pool of its own, its nodes' connections
+    have the deadline."""
+    from stampede.io import deadlines
+
+    bounded = RedisCluster.from_url(cluster_url, socket_timeout=0.25)
+    loop_client = AsyncRedisCluster.from_url(cluster_url, socket_timeout=0.25)
+    try:
+        assert deadlines.of(bounded) == deadlines.of(loop_client) == 0.25
+        assert deadlines.of(cluster) == deadlines.DEADLINE  # none set: the package's own
+    finally:
+        bounded.close()
+        asyncio.run(loop_client.aclose())
+
+
 def moved_replies_of(node) -> int:
     stats = node.redis_connection.info("errorstats")
     return int(stats.get("errorstat_MOVED", {}).get("count", 0))
