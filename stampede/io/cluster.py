@@ -117,7 +117,7 @@ class OwnerSearch:
 
     def left(self) -> float:
         """The time the next attempt on a node's notifier may take."""
-        return max(self.ack.deadline - self._clock(), 0.001)
+        return max(self.ack.left(), 0.001)
 
     def failed(self, error: RedisError) -> tuple[float, bool]:
         """Return (the pause before the next attempt, whether to learn the cluster's slots
@@ -154,7 +154,7 @@ class OwnerSearch:
         """End the search with ``error``, telling how it went when it took several attempts:
         the first failure is often the cause (a slot map that named a node that did not
         answer). The error keeps its type (the outage rules read it), ``error`` its cause."""
-        if self._failed < 2 or self._first is None or self._first is error:
+        if self._failed < 2 or self._first is error:  # one attempt: its own error says all
             raise error
         told = f"{error} (after {self._failed} failed attempts on the slot's owners; the first "
         told += f"failed with {type(self._first).__name__}: {self._first})"

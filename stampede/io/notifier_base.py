@@ -44,7 +44,7 @@ class Ack:
     """The time one subscribe has for Redis to confirm it: ``timeout`` (``ACK_TIMEOUT`` if
     None given), and what ``extend`` added to it since."""
 
-    __slots__ = ("_clock", "_started", "command", "deadline", "name", "timeout")
+    __slots__ = ("_clock", "_started", "command", "deadline", "name")
 
     def __init__(
         self,
@@ -55,22 +55,25 @@ class Ack:
     ) -> None:
         self.name = name
         self.command = command
-        self.timeout = ACK_TIMEOUT if timeout is None else timeout
         self._clock = clock
         self._started = clock()
-        self.deadline = self._started + self.timeout
+        self.deadline = self._started + (ACK_TIMEOUT if timeout is None else timeout)
+
+    @property
+    def timeout(self) -> float:
+        """What the subscribe was given in all."""
+        return self.deadline - self._started
 
     def left(self) -> float:
         return max(self.deadline - self._clock(), 0)
 
     def extend(self, seconds: float) -> bool:
         """Give the subscribe at least ``seconds`` from now; return whether that moved its
-        deadline (it never gets less than it had). ``timeout`` is then all it was given."""
+        deadline (it never gets less than it had)."""
         deadline = self._clock() + seconds
         if deadline <= self.deadline:
             return False
         self.deadline = deadline
-        self.timeout = deadline - self._started
         return True
 
     def next_try(self) -> float:
